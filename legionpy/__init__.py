@@ -40,6 +40,9 @@ _EXPORTS = {
     "Future": "legionpy.runtime",
     "FutureMap": "legionpy.runtime",
     "Device": "legionpy.runtime",
+    "LaunchOptions": "legionpy.runtime",
+    "init": "legionpy.runtime",
+    "shutdown": "legionpy.runtime",
     # mapper
     "Mapper": "legionpy.mapper",
     "DefaultMapper": "legionpy.mapper",

@@ -1,0 +1,103 @@
+"""Empty-task throughput of legionpy against Dask on the same 10,000 no-op tasks.
+
+Prints microseconds per task for single launches and index launches of 1000
+points, independent and chained, on the serial and threaded executors, and
+Dask's synchronous and threaded schedulers, with the ratio legionpy / Dask
+synchronous. Run: ``python bench/task_overhead.py [--tasks 10000] [--cpus 2]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import legionpy as lp
+import legionpy.runtime as lr
+
+
+def noop(*args):
+    return None
+
+
+def bench_legion(executor: str, n: int, cpus: int) -> dict[str, float]:
+    lr.init(cpus=cpus, executor=executor)
+    t = lp.task(noop, name="noop")
+    out = {}
+
+    def timed(fn):
+        lp.fence()
+        t0 = time.perf_counter()
+        fn()
+        lp.fence()
+        return (time.perf_counter() - t0) / n * 1e6
+
+    def single_indep():
+        for _ in range(n):
+            t()
+
+    def single_chain():
+        f = t()
+        for _ in range(n - 1):
+            f = t(f)
+
+    def index_indep():
+        for _ in range(n // 1000):
+            lp.index_launch(t, range(1000))
+
+    def index_chain():
+        fm = lp.index_launch(t, range(1000))
+        for _ in range(n // 1000 - 1):
+            fm = lp.index_launch(t, range(1000), fm)
+
+    timed(single_indep)  # warm up
+    for name, fn in [
+        ("single independent", single_indep),
+        ("single chained", single_chain),
+        ("index x1000 independent", index_indep),
+        ("index x1000 chained", index_chain),
+    ]:
+        out[name] = min(timed(fn) for _ in range(3))
+    lr.shutdown()
+    return out
+
+
+def bench_dask(n: int, workers: int) -> dict[str, float]:
+    import dask
+    import dask.threaded
+
+    indep = {f"t{i}": (noop,) for i in range(n)}
+    chain = {"t0": (noop,)}
+    chain.update({f"t{i}": (noop, f"t{i - 1}") for i in range(1, n)})
+    out = {}
+    for gname, g in [("independent", indep), ("chained", chain)]:
+        keys = list(g)
+        for sname, get in [
+            ("sync", dask.get),
+            ("threaded", lambda g, k: dask.threaded.get(g, k, num_workers=workers)),
+        ]:
+            best = float("inf")
+            for _ in range(3):
+                t0 = time.perf_counter()
+                get(g, keys)
+                best = min(best, time.perf_counter() - t0)
+            out[f"dask {sname} {gname}"] = best / n * 1e6
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", type=int, default=10_000)
+    ap.add_argument("--cpus", type=int, default=2)
+    a = ap.parse_args()
+    dask_res = bench_dask(a.tasks, a.cpus)
+    print(f"{a.tasks} no-op tasks, {a.cpus} devices / workers (us per task)")
+    for k, v in dask_res.items():
+        print(f"  {k:38s} {v:8.2f}")
+    for ex in ("serial", "threads"):
+        for k, v in bench_legion(ex, a.tasks, a.cpus).items():
+            ref = dask_res["dask sync chained" if "chained" in k else "dask sync independent"]
+            print(f"  legionpy {ex:7s} {k:28s} {v:8.2f}   x{v / ref:.2f} of dask sync")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,12 @@
+"""Mappers decide where tasks run and where their data lives.
+
+See :mod:`legionpy.mapper.base` for the interface, and
+:mod:`legionpy.mapper.default` for the DefaultMapper policy.
+"""
+
+from __future__ import annotations
+
+from .base import Mapper, MapperTask, Mapping, TaskOptions
+from .default import DefaultMapper, RandomMapper
+
+__all__ = ["Mapper", "MapperTask", "Mapping", "TaskOptions", "DefaultMapper", "RandomMapper"]

@@ -1,0 +1,112 @@
+"""The mapper plugin interface (Legion's names, Python shapes).
+
+The runtime asks its mapper, at launch time and in program order:
+
+1. ``select_task_options(task) -> TaskOptions``: for a single launch, the
+   initial device (``TaskOptions.device``; None lets ``map_task`` decide).
+2. ``slice_task(task, domain) -> [(point, Device), ...]``: for an index
+   launch, the device of every point of ``domain`` (a list of colors).
+3. ``map_task(task) -> Mapping``: for every point task, the final device
+   and, per region requirement, the memory its instance lives in
+   (``Mapping.memories``; None = the device's own memory; -1 = host memory).
+4. ``select_parallel_config(op, graph, machine)``: for the layer API, how
+   an operator is partitioned (default: data parallel over every device).
+
+Every decision must be a pure function of its inputs (the
+:class:`MapperTask` and the device list), so every MPI rank makes the same
+decisions without talking to the others. ``MapperTask.tag`` carries an
+opaque value from the launch (``LaunchOptions(tag=...)``) for mappers such
+as the StrategyMapper to key their answers on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import MappingError
+from ..runtime.devices import Device
+
+__all__ = ["Mapper", "MapperTask", "TaskOptions", "Mapping"]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOptions:
+    """Answer of ``select_task_options``: the initial device (None: map_task decides)."""
+
+    device: Device | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Mapping:
+    """Answer of ``map_task``: ``device`` runs the task; ``memories[i]`` is the
+    memory id of requirement i's instance (None: all in the device's memory)."""
+
+    device: Device
+    memories: tuple[int, ...] | None = None
+
+
+class MapperTask:
+    """What a mapper sees of a task launch (read-only by convention).
+
+    ``name``, ``kind`` (compute | update), ``tag``, ``op_id`` (global op id,
+    deterministic), ``seq`` (how many launches came before), ``point`` and
+    ``index`` (None for a single launch), ``domain`` (the colors of the index
+    launch), ``requirements`` (RegionRequirements in argument order, one per
+    privilege), ``target`` (device from select_task_options/slice_task)."""
+
+    __slots__ = ("name", "kind", "tag", "op_id", "seq", "point", "index", "domain",
+                 "requirements", "target", "_locality")
+
+    def __init__(self, name: str, kind: str, tag: Any, op_id: int, seq: int,
+                 requirements: list, point: tuple | None = None, index: int | None = None,
+                 domain: list | None = None, locality: Any = None) -> None:
+        self.name = name
+        self.kind = kind
+        self.tag = tag
+        self.op_id = op_id
+        self.seq = seq
+        self.requirements = requirements
+        self.point = point
+        self.index = index
+        self.domain = domain
+        self.target: Device | None = None
+        self._locality = locality
+
+    def locality(self) -> dict[int, int]:
+        """``{memory: points of the task's read requirements valid there}``,
+        from the runtime's (deterministic) coherence state."""
+        return self._locality(self) if self._locality is not None else {}
+
+    def __repr__(self) -> str:
+        where = f" point {self.point}" if self.point is not None else ""
+        return f"<task {self.name!r} op {self.op_id}{where}>"
+
+
+class Mapper:
+    """Base mapper. Subclasses override any of the four calls; ``devices``
+    (list of :class:`Device`, global ids) is set by ``runtime().set_mapper``."""
+
+    devices: list[Device] = []
+
+    def select_task_options(self, task: MapperTask) -> TaskOptions:
+        return TaskOptions(None)
+
+    def slice_task(self, task: MapperTask, domain: list[tuple]) -> list[tuple[tuple, Device]]:
+        n = len(self.devices)
+        return [(p, self.devices[i % n]) for i, p in enumerate(domain)]
+
+    def map_task(self, task: MapperTask) -> Mapping:
+        dev = task.target
+        if dev is None:
+            dev = self.devices[task.seq % len(self.devices)]
+        return Mapping(dev)
+
+    def select_parallel_config(self, op: Any, graph: Any, machine: Any) -> Any:
+        """Default: data parallel (degree = number of devices on the sample dim)."""
+        try:
+            from ..optimizer import ParallelConfig
+        except ImportError as exc:
+            raise MappingError("select_parallel_config needs legionpy.optimizer "
+                               f"(ParallelConfig), which failed to import: {exc}") from exc
+        return ParallelConfig.data_parallel(op, machine)

@@ -1,0 +1,91 @@
+"""The task runtime of one process: tasks, launches, coherence, FIFO devices.
+
+Modules, in pipeline order: ``launch`` (the @task decorator, LaunchOptions,
+privilege matching), ``core`` (the Runtime: launch-time analysis: dependences,
+mapping, coherence planning), ``coherence`` (pure valid-instance state),
+``instances`` (arrays per memory), ``scheduler`` (dependence counting and
+FIFO execution, threaded or serial), ``devices``, ``futures``, ``trace``.
+
+>>> import numpy as np, legionpy as lp
+>>> R = lp.Region((8,), {"x": np.float64})
+>>> lp.fill(R, "x", 1.0)
+>>> @lp.task(privileges=[lp.RW("x")])
+... def double(r):
+...     r.x[...] *= 2
+>>> fm = lp.index_launch(double, lp.Partition.equal(R, (2,)).colors, lp.Partition.equal(R, (2,)))
+>>> lp.fence(); R.read("x").tolist()
+[2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .coherence import HOST
+from .core import Runtime
+from .devices import Device
+from .futures import Future, FutureMap
+from .launch import LaunchOptions, TaskFunction, task
+
+__all__ = ["task", "index_launch", "fill", "fence", "runtime", "get_runtime", "init", "shutdown",
+           "Future", "FutureMap", "Device", "LaunchOptions", "TaskFunction", "Runtime", "HOST"]
+
+_runtime: Runtime | None = None
+
+
+def get_runtime(reset: bool = False, **options: Any) -> Runtime:
+    """The process's Runtime, created on first use. ``reset=True`` or any
+    option (``cpus``, ``executor``, ``mapper``, ``trace``, ``debug``) shuts
+    the current one down (after a fence) and starts a new one."""
+    global _runtime
+    if _runtime is None or reset or options or _runtime.closed:
+        if _runtime is not None:
+            _runtime.shutdown()
+        _runtime = Runtime(**options)
+    return _runtime
+
+
+def init(cpus: int | None = None, executor: str | None = None, mapper: Any = None,
+         trace: str | None = None, debug: int | None = None) -> Runtime:
+    """Start a fresh runtime: ``init(cpus=4, executor="serial")``."""
+    return get_runtime(reset=True, cpus=cpus, executor=executor, mapper=mapper, trace=trace,
+                   debug=debug)
+
+
+def shutdown() -> None:
+    """Fence, write the trace if requested, stop the worker threads."""
+    global _runtime
+    if _runtime is not None:
+        _runtime.shutdown()
+        _runtime = None
+
+
+def index_launch(task: TaskFunction, colors: Any, *args: Any,
+                 launch_options: LaunchOptions | None = None, **kwargs: Any) -> FutureMap:
+    """Launch ``task`` once per color; Partition and FutureMap arguments
+    project by color, everything else is passed to every point."""
+    return get_runtime().index_launch(task, colors, args, kwargs, launch_options or task.options)
+
+
+def fill(region: Any, field: str, value: Any) -> None:
+    """Set ``field`` of ``region`` to ``value`` (lazy: no data moves)."""
+    get_runtime().fill(region, field, value)
+
+
+def fence(timeout: float | None = None) -> None:
+    """Wait for everything launched so far; raise the first task failure."""
+    get_runtime().fence(timeout)
+
+
+class _CallableModule(type(sys)):
+    """``legionpy.runtime`` is both this package and the accessor function:
+    importing the package binds ``legionpy.runtime`` to the module, so the
+    module itself is callable and ``lp.runtime()`` works either way."""
+
+    def __call__(self, reset: bool = False, **options: Any) -> Runtime:
+        return get_runtime(reset, **options)
+
+
+sys.modules[__name__].__class__ = _CallableModule
+runtime = sys.modules[__name__]  # lp.runtime(), lp.runtime.init(...), from ... import runtime

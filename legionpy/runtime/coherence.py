@@ -1,0 +1,272 @@
+"""Coherence: which physical instances hold valid data, and which copies a
+region access needs. A pure state machine (no threads, no arrays).
+
+Policy
+------
+The runtime keeps, per (root region, field), one :class:`FieldState`: a list
+of disjoint :class:`Piece` s that tile the root rect. Each piece says where
+the current contents of its rect live:
+
+- ``valid``: ``{memory: producer_id}``, every memory whose instance holds the
+  current data, with the id of the operation that put it there (the writer
+  itself, a copy, or the task whose prologue materialised a fill or folded
+  reductions). Readers on that memory wait for that id.
+- ``fill``: a fill value not materialised anywhere else (``lp.fill`` is lazy:
+  any memory can produce the data locally, so fills never need a copy).
+  Regions start as a fill of 0.
+- ``redop`` / ``reds``: pending reduction contributions, in program order,
+  each a :class:`Red` (reduction buffer in some memory, identity-initialised,
+  and the id of the task that produces it). The piece's current value is
+  ``base (valid/fill) redop red1 redop red2 ...``.
+
+An access (:class:`Request`: rect, mode, memory, op id) turns into a
+:class:`Plan`: copies to run first (on the (src, dst) link, each waiting for
+the producer of its source), prologue actions that the task's device runs
+before the body (materialise a fill, fold a reduction buffer, in program
+order), and the ids the task must wait for. Rules per overlapped piece:
+
+- ``read``: data valid at the memory -> wait for its producer; else a fill
+  -> materialise locally; else copy from one valid memory (lowest device id,
+  host last). Pending reductions: remote buffers are copied to the reader's
+  memory and every buffer is folded there; the reader's memory becomes the
+  only valid one (``valid = {memory: op}``). Other valid copies stay valid.
+- ``read_write``: as read, then ``valid = {memory: op}`` (others are stale).
+- ``write_discard``: no copy-in; ``valid = {memory: op}``; fill and pending
+  reductions are dropped.
+- ``reduce(op)``: no copy-in; pending reductions with another op are folded
+  at the memory first; then ``Red(memory, buffer, op)`` is appended. Valid
+  base copies stay valid (they are the base the reductions fold onto).
+
+Physical write-after-read hazards on a shared instance are covered by the
+logical dependences: a writer always waits (logically) for earlier readers,
+and every copy waits for the producer of its source, which is ordered after
+the readers of the stale data it overwrites.
+
+Worked example (one field, memories 0 and 1)::
+
+    fill 0                -> [Piece([0,8), fill=0)]
+    task 5 RW [0,8) on 0  -> prologue Fill(0); valid {0: 5}
+    task 6 R  [4,8) on 1  -> Copy(7: 0->1, [4,8), after 5); task waits for 7
+                             pieces [0,4) {0:5}, [4,8) {0:5, 1:7}
+    task 8 Reduce(+) [0,8) on 1 -> red appended to both pieces
+    read [0,8) on host(-1)-> copies 0->-1 [0,4), 1->-1 [4,8) (or from 0),
+                             buffer copies 1->-1 for both pieces, folds at -1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..geometry import Rect
+
+__all__ = [
+    "HOST", "Piece", "Red", "Request", "Copy", "FillAction", "FoldAction", "Plan",
+    "FieldState", "choose_source",
+]
+
+HOST = -1
+"""Memory id of the host (system) memory of this process: where
+``Region.write`` puts data and ``Region.read`` gathers it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Red:
+    """A pending reduction contribution: ``buffer`` (opaque key of a reduction
+    instance covering ``buffer_rect``) in ``memory``, produced by ``producer``."""
+
+    memory: int
+    buffer: Any
+    buffer_rect: Rect
+    producer: int
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    rect: Rect
+    valid: dict[int, int] = field(default_factory=dict)  # never mutated in place
+    fill: Any = None
+    redop: str | None = None
+    reds: tuple[Red, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One access: ``mode`` in read | read_write | write_discard | reduce."""
+
+    rect: Rect
+    mode: str
+    memory: int
+    op: int
+    redop: str | None = None
+    buffer: Any = None  # reduction instance key (reduce only)
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """Move ``rect`` from ``src`` to ``dst`` after ``deps``. ``buffer`` is None
+    for instance-to-instance copies, else the source reduction buffer (with
+    its ``buffer_rect``); such a copy lands in a staging buffer at ``dst``."""
+
+    id: int
+    rect: Rect
+    src: int
+    dst: int
+    deps: tuple[int, ...]
+    buffer: Any = None
+    buffer_rect: Rect | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FillAction:
+    memory: int
+    rect: Rect
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class FoldAction:
+    """Fold ``rect`` of a reduction buffer into ``memory``'s instance with
+    ``redop``. The source is ``buffer`` (local) or, when ``staged`` is a copy
+    id, the staging buffer that copy filled."""
+
+    memory: int
+    rect: Rect
+    redop: str
+    buffer: Any = None
+    buffer_rect: Rect | None = None
+    staged: int | None = None
+
+
+@dataclass(slots=True)
+class Plan:
+    copies: list[Copy] = field(default_factory=list)
+    prologue: list[FillAction | FoldAction] = field(default_factory=list)
+    deps: set[int] = field(default_factory=set)
+
+
+def choose_source(valid: dict[int, int]) -> int:
+    """Deterministic source among valid memories: lowest device id, host last."""
+    return min(valid, key=lambda m: (m == HOST, m))
+
+
+class FieldState:
+    """Coherence state of one (root, field): disjoint pieces tiling the root.
+
+    ``access`` is a pure transition: it returns the plan and a new state and
+    leaves ``self`` unchanged (pieces are immutable), so tests can compare
+    whole states before and after, as Dask's scheduler tests do.
+    """
+
+    __slots__ = ("pieces",)
+
+    def __init__(self, pieces: list[Piece]) -> None:
+        self.pieces = pieces
+
+    @classmethod
+    def filled(cls, rect: Rect, value: Any = 0) -> FieldState:
+        return cls([Piece(rect, {}, value)])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FieldState):
+            return NotImplemented
+        return sorted(self.pieces, key=_key) == sorted(other.pieces, key=_key)
+
+    def __repr__(self) -> str:
+        return f"FieldState({sorted(self.pieces, key=_key)!r})"
+
+    def __iter__(self) -> Iterator[Piece]:
+        return iter(self.pieces)
+
+    def valid_memories(self, rect: Rect) -> dict[int, int]:
+        """``{memory: covered volume}`` of current data inside ``rect``."""
+        out: dict[int, int] = {}
+        for p in self.pieces:
+            if p.reds or not p.rect.overlaps(rect):
+                continue
+            v = (p.rect & rect).volume
+            for m in p.valid:
+                out[m] = out.get(m, 0) + v
+        return out
+
+    # -- transitions ----------------------------------------------------------
+    def fill(self, rect: Rect, value: Any) -> FieldState:
+        """Lazy fill of ``rect``: no data moves; every memory can materialise it."""
+        kept: list[Piece] = []
+        for p in self.pieces:
+            if not p.rect.overlaps(rect):
+                kept.append(p)
+            elif not rect.contains(p.rect):
+                kept.extend(replace(p, rect=r) for r in p.rect.subtract(rect))
+        return FieldState(kept + [Piece(rect, {}, value)])
+
+    def access(self, req: Request, new_id: Callable[[], int]) -> tuple[Plan, FieldState]:
+        """Plan ``req`` and return ``(plan, new_state)``. ``new_id`` hands out
+        ids for the copies (the runtime's op counter, so ids stay unique and
+        deterministic)."""
+        plan = Plan()
+        kept: list[Piece] = []
+        touched: list[Piece] = []
+        rect = req.rect
+        lo0, hi0 = rect.lo[0], rect.hi[0]
+        for p in self.pieces:
+            q = p.rect  # cheap dim-0 test first: most pieces are other tiles
+            if q.lo[0] >= hi0 or q.hi[0] <= lo0 or not q.overlaps(rect):
+                kept.append(p)
+                continue
+            inter = p.rect & rect
+            if inter != p.rect:
+                kept.extend(replace(p, rect=r) for r in p.rect.subtract(rect))
+                p = replace(p, rect=inter)
+            touched.append(p)
+        mode, mem, op = req.mode, req.memory, req.op
+        if mode == "write_discard" or (mode == "read_write" and not touched):
+            return plan, FieldState(kept + [Piece(rect, {mem: op})])
+        out: list[Piece] = []
+        for p in touched:
+            if mode == "reduce":
+                if p.reds and p.redop != req.redop:
+                    p = _materialise(p, mem, op, plan, new_id)
+                red = Red(mem, req.buffer, rect, op)
+                out.append(replace(p, redop=req.redop, reds=p.reds + (red,)))
+            else:
+                out.append(_materialise(p, mem, op, plan, new_id))
+        if mode == "read_write":
+            return plan, FieldState(kept + [Piece(rect, {mem: op})])
+        return plan, FieldState(kept + out)
+
+
+def _materialise(p: Piece, mem: int, op: int, plan: Plan, new_id: Callable[[], int]) -> Piece:
+    """Make the current value of ``p`` present at ``mem`` (copies, fill, folds)."""
+    valid = p.valid
+    fill = p.fill
+    if mem in valid:
+        plan.deps.add(valid[mem])
+    elif fill is not None:
+        plan.prologue.append(FillAction(mem, p.rect, fill))
+        valid = {**valid, mem: op}
+    elif valid:
+        src = choose_source(valid)
+        cid = new_id()
+        plan.copies.append(Copy(cid, p.rect, src, mem, (valid[src],)))
+        plan.deps.add(cid)
+        valid = {**valid, mem: cid}
+    if not p.reds:
+        return Piece(p.rect, valid, fill)
+    for red in p.reds:
+        if red.memory == mem:
+            plan.deps.add(red.producer)
+            plan.prologue.append(FoldAction(mem, p.rect, p.redop, red.buffer, red.buffer_rect))
+        else:
+            cid = new_id()
+            plan.copies.append(
+                Copy(cid, p.rect, red.memory, mem, (red.producer,), red.buffer, red.buffer_rect)
+            )
+            plan.deps.add(cid)
+            plan.prologue.append(FoldAction(mem, p.rect, p.redop, staged=cid))
+    return Piece(p.rect, {mem: op})
+
+
+def _key(p: Piece) -> tuple:
+    return (p.rect.lo, p.rect.hi)

@@ -1,0 +1,497 @@
+"""The Runtime: launch-time analysis and the process-wide singleton.
+
+Every launch is analysed on the launching thread, in program order, before
+anything runs, and only from what the program did (never from timing):
+
+1. ids: every op (point task, copy, fill) takes the next integer id;
+2. privileges: region arguments are matched to the task's privileges
+   (launch.py), giving one RegionRequirement per privilege;
+3. dependences: ``DependenceAnalyzer.analyze`` (legionpy.regions) gives
+   the earlier ops each point must wait for (true, anti, output);
+4. mapping: the mapper picks a device per point and a memory per
+   requirement (mapper/base.py);
+5. coherence: per (root, field) the FieldState (coherence.py) yields the
+   copies to issue (each an op on its (src, dst) link) and the prologue
+   (fills to materialise, reductions to fold) the task runs first;
+6. the op goes to the scheduler (scheduler.py), which runs it on its
+   device's FIFO worker once its dependences finished.
+
+Under MPI every rank performs exactly the same steps 1-5, so all ranks agree
+on ids, devices and copies; a rank then executes only its devices' ops.
+
+Tasks with no region arguments skip steps 2, 3 and 5 (the fast path). At a
+fence every op has finished, so the dependence state restarts empty and
+unreferenced reduction buffers are freed.
+
+Debug output (stderr), ``LEGIONPY_DEBUG``: 1 per-fence summary (tasks,
+copies, bytes, seconds), 2 every op with device, time and bytes, 3 also
+every mapper decision.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+import time
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ..errors import LaunchError, MappingError, PrivilegeError, RegionError
+from ..regions import WD, DependenceAnalyzer, Partition, Region, RegionRequirement, Subregion
+from .coherence import HOST, FieldState, Request
+from .devices import Device, cpu_devices, default_cpu_count, limit_blas, queue_name
+from .futures import Future, FutureMap
+from .instances import Instances, RegionView
+from .launch import LaunchOptions, TaskFunction
+from .scheduler import DONE, Op, Scheduler, SerialExecutor, ThreadExecutor
+from .trace import Trace
+
+__all__ = ["Runtime"]
+
+_REGION_TYPES = (Region, Subregion)
+
+
+class Runtime:
+    """Devices, mapper, analysis state, scheduler and trace of one process.
+
+    ``Runtime(cpus=None, executor=None, mapper=None, trace=None, debug=None)``:
+    ``cpus`` (default LEGIONPY_CPUS or the core count), ``executor``
+    "threads" | "serial" (default LEGIONPY_EXECUTOR or "threads"), ``trace``
+    a path to write Chrome JSON at exit (default LEGIONPY_TRACE), ``debug``
+    0-3 (default LEGIONPY_DEBUG)."""
+
+    def __init__(self, cpus: int | None = None, executor: str | None = None,
+                 mapper: Any = None, trace: str | None = None, debug: int | None = None) -> None:
+        from ..mapper import DefaultMapper
+
+        self.t0 = time.perf_counter()
+        self.rank = 0
+        self.devices: list[Device] = cpu_devices(cpus if cpus is not None else
+                                                 default_cpu_count())
+        self.debug = int(debug if debug is not None else os.environ.get("LEGIONPY_DEBUG", 0) or 0)
+        self.sched = Scheduler(on_done=self._on_done)
+        kind = executor or os.environ.get("LEGIONPY_EXECUTOR", "threads")
+        if kind == "serial":
+            self.sched.executor = SerialExecutor(self.sched)
+        elif kind == "threads":
+            self.sched.executor = ThreadExecutor(self.sched)
+            limit_blas(1)
+        else:
+            raise ValueError(f"executor must be 'threads' or 'serial', got {kind!r}")
+        self.executor = kind
+        self.analyzer = DependenceAnalyzer()
+        self.states: dict[tuple[int, str], FieldState] = {}
+        self._tracked: set[int] = set()
+        self.instances = Instances()
+        self.trace = Trace(self.t0, self.rank)
+        self._next_id = 0
+        self._seq = 0
+        self._launches = 0
+        self._live: dict[int, Op] = {}
+        self._failures: list[Op] = []
+        self._stats = [0, 0, 0, time.perf_counter()]  # tasks, copies, bytes, since
+        self.mapper: Any = None
+        self.set_mapper(mapper if mapper is not None else DefaultMapper())
+        self._trace_path = trace if trace is not None else os.environ.get("LEGIONPY_TRACE")
+        if self._trace_path:
+            self.trace.start()
+            atexit.register(self._write_trace)
+        self.closed = False
+
+    # -- configuration --------------------------------------------------------------
+    def set_mapper(self, mapper: Any) -> None:
+        """Install ``mapper`` (a legionpy.mapper.Mapper); it sees ``self.devices``."""
+        from ..mapper import Mapper
+
+        if not isinstance(mapper, Mapper):
+            raise MappingError(f"set_mapper needs a legionpy.mapper.Mapper, got {mapper!r}")
+        mapper.devices = list(self.devices)
+        self.mapper = mapper
+        self._default_map = type(mapper).map_task is Mapper.map_task
+
+    def _new_id(self) -> int:
+        i = self._next_id
+        self._next_id = i + 1
+        return i
+
+    # -- single launches ------------------------------------------------------------
+    def launch(self, task: TaskFunction, args: tuple, kwargs: dict,
+               options: LaunchOptions) -> Future:
+        """Launch one task; see ``TaskFunction.__call__``."""
+        op_id = self._next_id
+        self._next_id = op_id + 1
+        seq = self._seq
+        self._seq = seq + 1
+        rargs = None
+        for i, a in enumerate(args):
+            if isinstance(a, _REGION_TYPES):
+                if rargs is None:
+                    rargs = []
+                rargs.append((i, a))
+            elif isinstance(a, Partition):
+                raise LaunchError(f"task {task.name!r} got the partition {a!r} as argument {i} "
+                                  "of a single launch; pass P[color], or use index_launch")
+        if rargs is not None:
+            psets = task.privileges_for(len(rargs))
+            rargs = [(i, a, ps) for (i, a), ps in zip(rargs, psets)]
+        elif task.privileges:
+            task.privileges_for(0)  # raises the mismatch
+        return self._point(task, op_id, seq, args, kwargs, rargs, options, None, None, None, None)
+
+    def _point(self, task: TaskFunction, op_id: int, seq: int, args: tuple, kwargs: dict,
+               rargs: list | None, options: LaunchOptions, point: tuple | None,
+               index: int | None, domain: list | None, target: Device | None) -> Future:
+        from ..mapper import MapperTask
+
+        name = options.name or task.name
+        reqs: list[RegionRequirement] = []
+        if rargs:
+            for _, region, pset in rargs:
+                for p in pset.privileges:
+                    reqs.append(RegionRequirement(region, p))
+        mapper = self.mapper
+        mt = MapperTask(name, options.kind, options.tag, op_id, seq, reqs, point, index, domain,
+                        self._locality if reqs else None)
+        if target is None:
+            target = mapper.select_task_options(mt).device
+        mt.target = target
+        if self._default_map and target is not None:
+            dev, mems = target, None
+        else:
+            m = mapper.map_task(mt)
+            dev, mems = m.device, m.memories
+        n = len(self.devices)
+        if dev is None or not (0 <= dev.id < n) or self.devices[dev.id] != dev:
+            raise MappingError(f"mapper {type(mapper).__name__} mapped {mt!r} to {dev!r}, which "
+                               f"is not one of the runtime's devices {self.devices}")
+        if self.debug >= 3:
+            _log(f"map {name} op {op_id}{'' if point is None else f' point {point}'} -> "
+                 f"{dev}{'' if mems is None else f' memories {mems}'}")
+        dep_ops: list[Op] = []
+        live = self._live
+        fut_pos = None
+        for i, a in enumerate(args):
+            if isinstance(a, Future):
+                dep_ops.append(a._op)
+                fut_pos = (fut_pos or []) + [i]
+        for k, a in kwargs.items():
+            if isinstance(a, Future):
+                dep_ops.append(a._op)
+                fut_pos = (fut_pos or []) + [k]
+        views = prologues = None
+        dep_ids = {d.id for d in dep_ops} if dep_ops else ()
+        if reqs:
+            views, prologues, ids = self._analyze(op_id, reqs, rargs, dev, mems, dep_ops, task)
+            dep_ids = ids.union(dep_ids)
+        fn = task.fn
+
+        def body(op: Op) -> Any:
+            a = list(args)
+            kw = kwargs
+            if prologues:
+                run = self.instances.run_prologue
+                for root, f, acts in prologues:
+                    run(acts, root, f)
+            if views:
+                for pos, view in views:
+                    a[pos] = view()
+            if fut_pos:
+                kw = dict(kwargs)
+                for p in fut_pos:
+                    if isinstance(p, int):
+                        a[p] = a[p]._op.result
+                    else:
+                        kw[p] = kw[p]._op.result
+            try:
+                return fn(*a, **kw)
+            except ValueError as exc:
+                if "read-only" in str(exc):
+                    raise PrivilegeError(
+                        f"task {name!r}{'' if point is None else f' point {point}'} wrote to a "
+                        f"read-only array ({exc}); it holds {_privs_text(rargs)}; declare RW or "
+                        "WD for fields it writes") from exc
+                raise
+
+        op = Op(op_id, options.kind, name, dev.id, body, point, index, options.tag)
+        if reqs:
+            live[op_id] = op
+        op.deps = tuple(sorted(dep_ids))
+        self.sched.submit(op, dep_ops)
+        self.sched.executor.drain()
+        return Future(op, self.sched)
+
+    def _analyze(self, op_id: int, reqs: list, rargs: list, dev: Device, mems: Any,
+                 dep_ops: list, task: TaskFunction) -> tuple[list, list, set]:
+        """Dependences + coherence of one point; appends the unfinished ones to
+        ``dep_ops``; returns (view builders, prologues, all dependence ids)."""
+        live = self._live
+        deps = set(self.analyzer.analyze(op_id, reqs))
+        if mems is not None:
+            if len(mems) != len(reqs) or any(not -1 <= m < len(self.devices) for m in mems):
+                raise MappingError(
+                    f"map_task for {task.name!r} (op {op_id}) returned memories {mems}: need one "
+                    f"memory id in -1..{len(self.devices) - 1} per requirement ({len(reqs)})")
+        prologues: list = []
+        views: list = []
+        k = 0
+        for pos, region, pset in rargs:
+            fieldspecs = []
+            rect = region.rect
+            root = region.root
+            for _ in pset.privileges:
+                req = reqs[k]
+                mem = dev.id if mems is None else mems[k]
+                mode, redop = req.privilege.mode, req.privilege.redop
+                for f in req.fields:
+                    key = (root.uid, f)
+                    st = self.states.get(key) or self._new_state(root, f)
+                    buf = None
+                    if mode == "reduce":
+                        buf = (op_id, k, f)
+                        self.instances.new_reduction(buf, rect, redop, root.fields[f])
+                    else:
+                        self.instances.instance(mem, root, f)
+                    plan, self.states[key] = st.access(
+                        Request(rect, mode, mem, op_id, redop, buf), self._new_id)
+                    for c in plan.copies:
+                        self._submit_copy(c, root, f)
+                    deps |= plan.deps
+                    if plan.prologue:
+                        prologues.append((root, f, plan.prologue))
+                    fieldspecs.append((f, mem, mode, buf))
+                k += 1
+            views.append((pos, self._view_builder(region, fieldspecs)))
+        for d in deps:
+            o = live.get(d)
+            if o is not None:
+                dep_ops.append(o)
+        return views, prologues, deps
+
+    def _new_state(self, root: Any, field: str) -> FieldState:
+        """Fields start as a lazy fill of 0; a region's instances and state
+        are dropped when the region is garbage collected."""
+        if root.uid not in self._tracked:
+            self._tracked.add(root.uid)
+            weakref.finalize(root, self._forget, root.uid, list(root.fields))
+        return FieldState.filled(root.rect, 0)
+
+    def _forget(self, uid: int, fields: list) -> None:
+        for f in fields:
+            self.states.pop((uid, f), None)
+        self.instances.drop_root(uid)
+        self._tracked.discard(uid)
+
+    def _view_builder(self, region: Any, fieldspecs: list) -> Any:
+        inst = self.instances
+        root, rect = region.root, region.rect
+        sl = rect.to_slices()
+
+        def build() -> RegionView:
+            arrays = {}
+            for f, mem, mode, buf in fieldspecs:
+                if buf is not None:
+                    arrays[f] = inst.redbufs[buf]
+                    continue
+                a = inst.instance(mem, root, f)[sl]
+                if mode == "read":
+                    a = a.view()
+                    a.flags.writeable = False
+                arrays[f] = a
+            return RegionView(region, rect, arrays)
+
+        return build
+
+    def _submit_copy(self, c: Any, root: Any, field: str) -> None:
+        inst = self.instances
+
+        def run(op: Op) -> None:
+            inst.run_copy(c, root, field)
+
+        op = Op(c.id, "copy", f"{root.name}.{field}", (c.src, c.dst), run)
+        op.bytes = c.rect.volume * root.fields[field].itemsize
+        op.deps = c.deps
+        live = self._live
+        deps = [live[d] for d in c.deps if d in live]
+        live[c.id] = op
+        self.sched.submit(op, deps)
+
+    def _locality(self, mt: Any) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for req in mt.requirements:
+            if not req.privilege.reads:
+                continue
+            for f in req.fields:
+                st = self.states.get((req.root.uid, f))
+                if st is not None:
+                    for m, v in st.valid_memories(req.rect).items():
+                        out[m] = out.get(m, 0) + v
+        return out
+
+    # -- index launches -------------------------------------------------------------
+    def index_launch(self, task: TaskFunction, colors: Any, args: tuple, kwargs: dict,
+                     options: LaunchOptions) -> FutureMap:
+        from ..mapper import MapperTask
+        from .checks import check_index_interference
+
+        domain = [c if isinstance(c, tuple) else (c,) if isinstance(c, int) else tuple(c)
+                  for c in colors]
+        if not domain:
+            raise LaunchError(f"index launch of {task.name!r} over an empty domain")
+        rpos = [i for i, a in enumerate(args) if isinstance(a, (Region, Subregion, Partition))]
+        psets = task.privileges_for(len(rpos)) if (rpos or task.privileges) else []
+        for i, a in enumerate(args):
+            if isinstance(a, (Partition, FutureMap)):
+                missing = [c for c in domain if c not in a]
+                if missing:
+                    raise LaunchError(f"index launch of {task.name!r}: argument {i} ({a!r}) has "
+                                      f"no color {missing[0]} of the launch domain")
+        check_index_interference(task.name, domain, args, rpos, psets)
+        base = self._next_id
+        self._next_id = base + len(domain)
+        seq = self._seq
+        self._seq = seq + 1
+        self._launches += 1
+        mt = MapperTask(options.name or task.name, options.kind, options.tag, base, seq, [],
+                        None, None, domain)
+        slices = self.mapper.slice_task(mt, domain)
+        if len(slices) != len(domain) or {p for p, _ in slices} != set(domain):
+            raise MappingError(f"slice_task of {type(self.mapper).__name__} for {task.name!r} "
+                               f"must return one (point, device) per color of {domain[:4]}...")
+        where = dict(slices)
+        futs = []
+        projected = [i for i, a in enumerate(args) if isinstance(a, (Partition, FutureMap))]
+        for k, color in enumerate(domain):
+            a = args
+            if projected:
+                a = list(args)
+                for i in projected:
+                    a[i] = args[i][color]
+                a = tuple(a)
+            rargs = [(i, a[i], ps) for i, ps in zip(rpos, psets)] if rpos else None
+            futs.append(self._point(task, base + k, seq, a, kwargs, rargs, options, color, k,
+                                    domain, where[color]))
+        return FutureMap(domain, futs)
+
+    # -- fills, reads, writes, fences -----------------------------------------------------
+    def fill(self, region: Any, field: str, value: Any) -> None:
+        """Lazily set ``field`` of ``region`` (Region or Subregion) to ``value``."""
+        root = region.root
+        root.fields.resolve((field,), where=region.name)
+        value = np.asarray(value, dtype=root.fields[field])[()]
+        op_id = self._new_id()
+        deps = self.analyzer.analyze(op_id, [RegionRequirement(region, WD(field))])
+        key = (root.uid, field)
+        st = self.states.get(key) or self._new_state(root, field)
+        self.states[key] = st.fill(region.rect, value)
+        op = Op(op_id, "fill", f"fill {region.name}.{field}", None, None)
+        op.deps = tuple(deps)
+        self._live[op_id] = op
+        self.sched.submit(op, [self._live[d] for d in deps if d in self._live])
+
+    def write_region(self, region: Any, field: str, array: Any) -> None:
+        """Replace ``field`` over ``region``'s rect with ``array`` (waits for users)."""
+        root, rect = region.root, region.rect
+        root.fields.resolve((field,), where=region.name)
+        arr = np.asarray(array)
+        if arr.shape != rect.shape:
+            raise RegionError(f"write of {region.name}.{field}: array shape {arr.shape} differs "
+                              f"from the region's shape {rect.shape}")
+        op_id = self._new_id()
+        deps = self.analyzer.analyze(op_id, [RegionRequirement(region, WD(field))])
+        self._wait_ids(deps)
+        self.instances.instance(HOST, root, field)[rect.to_slices()] = arr
+        key = (root.uid, field)
+        st = self.states.get(key) or self._new_state(root, field)
+        _, self.states[key] = st.access(Request(rect, "write_discard", HOST, op_id), self._new_id)
+
+    def read_region(self, region: Any, field: str) -> np.ndarray:
+        """A numpy copy of ``field`` over ``region``'s rect (waits for writers)."""
+        from ..regions import R
+
+        root, rect = region.root, region.rect
+        root.fields.resolve((field,), where=region.name)
+        op_id = self._new_id()
+        deps = set(self.analyzer.analyze(op_id, [RegionRequirement(region, R(field))]))
+        key = (root.uid, field)
+        st = self.states.get(key) or self._new_state(root, field)
+        host = self.instances.instance(HOST, root, field)
+        plan, self.states[key] = st.access(Request(rect, "read", HOST, op_id), self._new_id)
+        for c in plan.copies:
+            self._submit_copy(c, root, field)
+        self._wait_ids(deps | plan.deps)
+        self.instances.run_prologue(plan.prologue, root, field)
+        return host[rect.to_slices()].copy()
+
+    def _wait_ids(self, ids: Any) -> None:
+        for d in sorted(ids):
+            o = self._live.get(d)
+            if o is not None:
+                self.sched.wait(o)
+                if o.state != DONE:
+                    raise o.error
+
+    def fence(self, timeout: float | None = None) -> None:
+        """Wait for every launched op; raise the first failure (TaskError)."""
+        self.sched.wait(None, timeout)
+        failures, self._failures = self._failures, []
+        self._live.clear()
+        self.analyzer = DependenceAnalyzer()
+        self.instances.keep_only({r.buffer for st in self.states.values() for p in st
+                                  for r in p.reds})
+        if self.debug >= 1:
+            t, c, b, since = self._stats
+            _log(f"fence: {t} tasks, {c} copies, {b} bytes moved, {time.perf_counter() - since:.6f}"
+                 f" s, {len(failures)} failed")
+            self._stats = [0, 0, 0, time.perf_counter()]
+        if failures:
+            roots = [o for o in failures if not isinstance(o.error.__cause__, type(o.error))]
+            first = min(roots or failures, key=lambda o: o.id)
+            raise first.error
+
+    def _on_done(self, op: Op) -> None:
+        if op.state == DONE:
+            self._live.pop(op.id, None)
+        else:
+            self._failures.append(op)
+        if self.trace.enabled:
+            self.trace.add(op)
+        if self.debug:
+            st = self._stats
+            if op.kind == "copy":
+                st[1] += 1
+                st[2] += op.bytes
+            elif op.kind != "fill":
+                st[0] += 1
+            if self.debug >= 2:
+                _log(f"{op.kind} {op.name} op {op.id} on {queue_name(op.queue)}: "
+                     f"{(op.end - op.start) * 1e6:.1f} us, {op.bytes} bytes"
+                     f"{'' if op.state == DONE else ' FAILED'}")
+
+    def _write_trace(self) -> None:
+        if self._trace_path and len(self.trace):
+            self.trace.save(self._trace_path)
+
+    def shutdown(self) -> None:
+        """Fence (errors are dropped), write the trace, stop workers."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.fence(timeout=30)
+        except Exception:  # noqa: BLE001 - already reported by fence/get
+            pass
+        self._write_trace()
+        self.sched.executor.close()
+        if self.executor == "threads":
+            limit_blas(None)
+
+
+def _privs_text(rargs: Any) -> str:
+    return ", ".join(f"{ps!r} on {r.name}" for _, r, ps in rargs or ())
+
+
+def _log(msg: str) -> None:
+    print(f"[legionpy] {msg}", file=sys.stderr, flush=True)

@@ -1,0 +1,101 @@
+"""Futures: the value a task returns, available once it ran.
+
+``Future.get()`` waits for the producing task (draining the serial executor
+or blocking on the worker threads) and returns its result, or raises the
+:class:`~legionpy.errors.TaskError` that names the task and point. A Future
+passed as an argument to a later task makes that task wait for the
+producer, and the body receives the value. A :class:`FutureMap` holds one
+Future per point of an index launch; passed to another index launch it
+projects by color (point p receives ``fm[p]``).
+
+>>> import legionpy as lp
+>>> @lp.task
+... def one():
+...     return 1
+>>> one().get()
+1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .scheduler import FAILED, Op, Scheduler
+
+__all__ = ["Future", "FutureMap"]
+
+
+class Future:
+    """Result of one task (or a ready value)."""
+
+    __slots__ = ("_op", "_sched")
+
+    def __init__(self, op: Op, sched: Scheduler) -> None:
+        self._op = op
+        self._sched = sched
+
+    @property
+    def op_id(self) -> int:
+        return self._op.id
+
+    def done(self) -> bool:
+        return self._op.state >= 2
+
+    def wait(self, timeout: float | None = None) -> None:
+        self._sched.wait(self._op, timeout)
+
+    def get(self, timeout: float | None = None) -> Any:
+        """The task's return value; raises TaskError if it (or a dependence) failed."""
+        op = self._op
+        if op.state < 2:
+            self._sched.wait(op, timeout)
+        if op.state == FAILED:
+            raise op.error
+        return op.result
+
+    def __repr__(self) -> str:
+        return f"Future({self._op.name}, op {self._op.id}, done={self.done()})"
+
+
+class FutureMap:
+    """One Future per color of an index launch, in launch order."""
+
+    __slots__ = ("colors", "_futures")
+
+    def __init__(self, colors: list[tuple], futures: list[Future]) -> None:
+        self.colors = colors
+        self._futures = dict(zip(colors, futures))
+
+    def __getitem__(self, color: Any) -> Future:
+        try:
+            return self._futures[color]
+        except KeyError:
+            key = color if isinstance(color, tuple) else (color,)
+            if key in self._futures:
+                return self._futures[key]
+            raise KeyError(f"color {color!r} is not in this FutureMap "
+                           f"(colors {self.colors[:4]}...)") from None
+
+    def __contains__(self, color: Any) -> bool:
+        return color in self._futures
+
+    def __len__(self) -> int:
+        return len(self.colors)
+
+    def __iter__(self) -> Iterator[tuple]:
+        return iter(self.colors)
+
+    def items(self) -> Iterator[tuple[tuple, Future]]:
+        return iter(self._futures.items())
+
+    def wait(self, timeout: float | None = None) -> None:
+        for f in self._futures.values():
+            f.wait(timeout)
+
+    def get(self, timeout: float | None = None) -> list[Any]:
+        """Every point's result, in color order (raises the first TaskError)."""
+        return [f.get(timeout) for f in self._futures.values()]
+
+    def __repr__(self) -> str:
+        return f"FutureMap({len(self.colors)} points)"

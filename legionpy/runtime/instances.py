@@ -1,0 +1,126 @@
+"""Physical instances: the arrays behind each (memory, root region, field).
+
+Memory behaviour: an instance covers the *whole root region* and is
+allocated on first use in that memory with ``np.zeros`` (calloc: pages
+untouched by any task cost nothing on Linux), so a task's subregion is a
+numpy view ``instance[rect]`` and instances never move or grow. A device
+that only ever touches one tile of a big region therefore reserves the whole
+region's address space but only commits the pages of the tiles it touches.
+Reduction instances are separate, sized to the reducing task's rect and
+identity-initialised; a reduction copied to another memory lands in a
+staging buffer there and is folded by the reader's prologue. Buffers no
+coherence piece refers to are dropped at the next fence.
+
+Task bodies receive one :class:`RegionView` per region argument: one
+attribute per field the task holds a privilege on (read-only arrays for
+``R``, so a write raises), plus ``rect`` (root coordinates) and ``region``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from ..errors import FieldError
+from ..geometry import Rect
+from .coherence import Copy, FillAction, FoldAction
+
+__all__ = ["Instances", "RegionView", "identity", "FOLD"]
+
+FOLD = {"+": np.add, "*": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def identity(redop: str, dtype: np.dtype) -> Any:
+    """Identity element of ``redop`` for ``dtype`` (what reduction buffers start as)."""
+    dtype = np.dtype(dtype)
+    if redop == "+":
+        return 0
+    if redop == "*":
+        return 1
+    big = np.inf if dtype.kind in "fc" else (True if dtype.kind == "b" else np.iinfo(dtype).max)
+    small = -np.inf if dtype.kind in "fc" else (False if dtype.kind == "b" else
+                                                np.iinfo(dtype).min)
+    return small if redop == "max" else big
+
+
+class RegionView:
+    """Fields of one region argument as arrays of its rect, in one memory."""
+
+    def __init__(self, region: Any, rect: Rect, arrays: dict[str, Any]) -> None:
+        self.region = region
+        self.rect = rect
+        self.__dict__.update(arrays)
+        self._fields = tuple(arrays)
+
+    def __getitem__(self, field: str) -> Any:
+        if field in self._fields:
+            return self.__dict__[field]
+        raise FieldError(f"this task has no privilege on field {field!r} of "
+                         f"{self.region.name} (it holds {self._fields}); add it to privileges=")
+
+    def __getattr__(self, name: str) -> Any:  # only called for missing attributes
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise FieldError(f"this task has no privilege on field {name!r} of "
+                         f"{self.region.name} (it holds {self._fields}); add it to privileges=")
+
+    def __repr__(self) -> str:
+        return f"RegionView({self.region.name}, {self.rect}, fields={self._fields})"
+
+
+class Instances:
+    """Arrays per (memory, root uid, field), reduction and staging buffers."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[tuple[int, int, str], np.ndarray] = {}
+        self.redbufs: dict[Any, np.ndarray] = {}
+        self.staging: dict[int, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def instance(self, memory: int, root: Any, field: str) -> np.ndarray:
+        key = (memory, root.uid, field)
+        arr = self.arrays.get(key)
+        if arr is None:
+            with self._lock:
+                arr = self.arrays.get(key)
+                if arr is None:
+                    arr = np.zeros(root.shape, dtype=root.fields[field])
+                    self.arrays[key] = arr
+        return arr
+
+    def new_reduction(self, key: Any, rect: Rect, redop: str, dtype: np.dtype) -> np.ndarray:
+        buf = np.full(rect.shape, identity(redop, dtype), dtype=dtype)
+        self.redbufs[key] = buf
+        return buf
+
+    def drop_root(self, uid: int) -> None:
+        for k in [k for k in self.arrays if k[1] == uid]:
+            del self.arrays[k]
+
+    # -- actions (run on workers) -------------------------------------------------
+    def run_copy(self, c: Copy, root: Any, field: str) -> None:
+        if c.buffer is None:
+            sl = c.rect.to_slices()
+            self.instance(c.dst, root, field)[sl] = self.instance(c.src, root, field)[sl]
+        else:
+            src = self.redbufs[c.buffer][c.rect.to_slices(c.buffer_rect.lo)]
+            self.staging[c.id] = np.array(src, copy=True)
+
+    def run_prologue(self, actions: list, root: Any, field: str) -> None:
+        for a in actions:
+            dst = self.instance(a.memory, root, field)[a.rect.to_slices()]
+            if isinstance(a, FillAction):
+                dst[...] = a.value
+            elif isinstance(a, FoldAction):
+                if a.staged is not None:
+                    src = self.staging.pop(a.staged)
+                else:
+                    src = self.redbufs[a.buffer][a.rect.to_slices(a.buffer_rect.lo)]
+                FOLD[a.redop](dst, src, out=dst)
+
+    def keep_only(self, live: set) -> None:
+        """Drop reduction buffers no coherence piece refers to."""
+        for k in [k for k in self.redbufs if k not in live]:
+            del self.redbufs[k]

@@ -1,0 +1,290 @@
+"""Scheduling core: operations, dependences, per-queue FIFO execution.
+
+Policy
+------
+Everything that runs is an :class:`Op` (a point task, a copy, a fill marker)
+bound to a *queue*: a device id, a directed link ``(src, dst)``, or None for
+ops that do no work (lazy fills) and complete as soon as they are ready.
+Analysis (dependence, mapping, coherence) happens before an op reaches the
+scheduler, on the launching thread, in program order; the scheduler only
+counts finished dependences. An op becomes *ready* when its last dependence
+finishes; each queue runs its ready ops FIFO in order of readiness, and ops
+that become ready together (released by one completion, or submitted ready)
+enter their queues sorted by op id. So every device and link processes its
+ops in a deterministic order whenever readiness order is.
+
+Failure: an op whose body raises is *failed*; every op that depends on it
+fails as soon as it becomes ready, without running, with a TaskError naming
+both. Every wait ends: ops either finish or fail, worker threads catch every
+exception, and waits poll with a timeout.
+
+State (under ``lock``): per op ``state`` (PENDING, READY, DONE, FAILED),
+``npending`` (unfinished deps), ``succ`` (ops waiting on it). The executor
+decides where ready ops run:
+
+- :class:`ThreadExecutor`: one daemon worker thread per queue, each
+  popping its ``queue.SimpleQueue`` in order.
+- :class:`SerialExecutor`: one global FIFO of ready ops, drained in the
+  caller's thread after every launch and in every wait. Same core, same
+  order semantics, one thread: bugs reproduce under a debugger.
+
+Example: ops 1 (dev 0), 2 (dev 1, after 1), 3 (dev 0): the launch submits 1
+and 3 ready, in id order, to device 0; 2 waits. When 1 finishes, 2 enters
+device 1's queue, and device 0 continues with 3.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from queue import SimpleQueue
+from typing import Any
+
+from ..errors import TaskError
+
+__all__ = ["Op", "Scheduler", "ThreadExecutor", "SerialExecutor", "PENDING", "READY", "DONE",
+           "FAILED"]
+
+PENDING, READY, DONE, FAILED = 0, 1, 2, 3
+
+
+class Op:
+    """One schedulable operation; also the trace record of what ran."""
+
+    __slots__ = ("id", "kind", "name", "queue", "fn", "state", "npending", "succ", "deps",
+                 "result", "error", "start", "end", "bytes", "point", "launch", "tag", "src",
+                 "dst", "waited", "__weakref__")
+
+    def __init__(self, id: int, kind: str, name: str, queue: Any, fn: Callable[[Op], Any] | None,
+                 point: tuple | None = None, launch: int | None = None, tag: Any = None) -> None:
+        self.id = id
+        self.kind = kind
+        self.name = name
+        self.queue = queue
+        self.fn = fn
+        self.state = PENDING
+        self.npending = 0
+        self.succ: list[Op] = []
+        self.deps: tuple[int, ...] = ()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.start = self.end = 0.0
+        self.bytes = 0
+        self.point = point
+        self.launch = launch
+        self.tag = tag
+        self.waited = False
+
+    def describe(self) -> str:
+        where = f" point {self.point}" if self.point is not None else ""
+        return f"{self.kind} {self.name!r} (op {self.id}{where})"
+
+    def __repr__(self) -> str:
+        return f"<Op {self.id} {self.kind} {self.name} on {self.queue} state={self.state}>"
+
+
+class Scheduler:
+    """Dependence counting and completion; executors plug in ``dispatch``."""
+
+    def __init__(self, on_done: Callable[[Op], None] | None = None) -> None:
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.waiters = 0
+        self.outstanding = 0  # submitted, not finished
+        self.on_done = on_done  # trace / debug hook, called after each op
+        self.executor: Executor = SerialExecutor(self)
+
+    # -- submission (launching thread) ------------------------------------------
+    def submit(self, op: Op, deps: Iterable[Op]) -> None:
+        """Register ``op`` after ``deps`` (ops not yet finished, or failed)."""
+        failed = None
+        n = 0
+        with self.lock:
+            self.outstanding += 1
+            for d in deps:
+                st = d.state
+                if st < DONE:
+                    d.succ.append(op)
+                    n += 1
+                elif st == FAILED:
+                    failed = d
+            op.npending = n
+            if failed is not None and op.error is None:
+                op.error = failed
+            if n:
+                return
+            op.state = READY
+        self._release([op])
+
+    def _release(self, ready: list[Op]) -> None:
+        """Hand newly ready ops to the executor; skip failed and untimed ones."""
+        while ready:
+            later: list[Op] = []
+            for op in ready:
+                if op.error is not None or op.queue is None:
+                    later.extend(self._finish(op, None, op.error))
+                else:
+                    self.executor.dispatch(op)
+            ready = later
+
+    # -- execution (worker threads or caller) ---------------------------------------
+    def run(self, op: Op) -> None:
+        op.start = time.perf_counter()
+        err = None
+        try:
+            op.result = op.fn(op)
+        except BaseException as exc:  # noqa: BLE001 - propagated through futures
+            err = exc
+        op.end = time.perf_counter()
+        op.fn = None
+        self._release(self._finish(op, op.result, err))
+
+    def _finish(self, op: Op, result: Any, err: BaseException | None) -> list[Op]:
+        if err is not None and not isinstance(err, TaskError):
+            if isinstance(err, Op):  # a dependence failed: fail fast without running
+                cause = err.error
+                err = TaskError(f"{op.describe()} did not run because {err.describe()} "
+                                f"failed: {cause}")
+                err.__cause__ = cause
+            else:
+                wrapped = TaskError(f"{op.describe()} raised {type(err).__name__}: {err}")
+                wrapped.__cause__ = err
+                err = wrapped
+        if op.start == 0.0:
+            op.start = op.end = time.perf_counter()
+        ready: list[Op] = []
+        with self.lock:
+            op.error = err
+            op.state = FAILED if err is not None else DONE
+            self.outstanding -= 1
+            for s in op.succ:
+                s.npending -= 1
+                if err is not None and s.error is None:
+                    s.error = op
+                if s.npending == 0:
+                    s.state = READY
+                    ready.append(s)
+            op.succ = []
+            if self.waiters and (not self.outstanding or op.waited):
+                self.cond.notify_all()
+        if self.on_done is not None:
+            self.on_done(op)
+        if len(ready) > 1:
+            ready.sort(key=_op_id)
+        return ready
+
+    # -- waiting ----------------------------------------------------------------
+    def wait(self, op: Op | None, timeout: float | None = None) -> None:
+        """Block until ``op`` finished or failed, or with ``op=None`` until every
+        submitted op did (TimeoutError after ``timeout`` s)."""
+        if op is not None and op.state >= DONE:
+            return
+        self.executor.drain()
+        if op is None:
+            op = _ALL
+        elif op.state >= DONE:
+            return
+        op.waited = True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.lock:
+            self.waiters += 1
+            try:
+                while (self.outstanding if op is _ALL else op.state < DONE):
+                    left = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+                    if left <= 0:
+                        what = "the submitted ops" if op is _ALL else op.describe()
+                        raise TimeoutError(f"{what} did not finish in {timeout} s")
+                    self.cond.wait(left)
+            finally:
+                self.waiters -= 1
+
+
+def _op_id(op: Op) -> int:
+    return op.id
+
+
+_ALL = Op(-1, "fence", "all ops", None, None)
+
+
+class Executor:
+    def dispatch(self, op: Op) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def drain(self) -> None:
+        """Run whatever the caller's thread must run (serial executor)."""
+
+    def close(self) -> None:
+        """Stop workers (after a fence)."""
+
+
+class SerialExecutor(Executor):
+    """Everything in the caller's thread, one global FIFO of ready ops."""
+
+    name = "serial"
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+        self.ready: deque[Op] = deque()
+        self.running = False
+
+    def dispatch(self, op: Op) -> None:
+        self.ready.append(op)
+
+    def drain(self) -> None:
+        if self.running:  # a task body launching tasks: its caller drains
+            return
+        self.running = True
+        try:
+            ready, run = self.ready, self.sched.run
+            while ready:
+                run(ready.popleft())
+        finally:
+            self.running = False
+
+
+class ThreadExecutor(Executor):
+    """One daemon worker thread per queue (device or link), created lazily."""
+
+    name = "threads"
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+        self.queues: dict[Any, SimpleQueue] = {}
+        self.threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def dispatch(self, op: Op) -> None:
+        q = self.queues.get(op.queue)
+        if q is None:
+            q = self._start(op.queue)
+        q.put(op)
+
+    def _start(self, key: Any) -> SimpleQueue:
+        with self._lock:
+            q = self.queues.get(key)
+            if q is None:
+                q = SimpleQueue()
+                t = threading.Thread(target=self._loop, args=(q,), daemon=True,
+                                     name=f"legionpy-{key}")
+                t.start()
+                self.threads.append(t)
+                self.queues[key] = q
+            return q
+
+    def _loop(self, q: SimpleQueue) -> None:
+        run = self.sched.run
+        while True:
+            op = q.get()
+            if op is None:
+                return
+            run(op)
+
+    def close(self) -> None:
+        for q in self.queues.values():
+            q.put(None)
+        for t in self.threads:
+            t.join(timeout=5.0)
+        self.queues.clear()
+        self.threads.clear()

@@ -1,0 +1,120 @@
+"""A trace of what ran: every task, copy and fill with its queue, bytes,
+times and dependences. The record the simulator is compared against.
+
+A record (``Trace.records()``) is a dict::
+
+    {"id": 12, "name": "axpy", "kind": "compute",     # compute|update|copy|fill
+     "device": 1, "link": None,                        # a device id, or link (src, dst)
+     "bytes": 0,                                       # copies: volume x itemsize
+     "start": 0.0132, "end": 0.0135,                   # s, perf_counter - runtime start
+     "deps": [3, 7],                                   # ids of ops it waited for
+     "point": (1, 0), "launch": 9, "tag": None, "rank": 0}
+
+``deps`` lists every op the runtime made it wait for: logical dependences
+(including anti and output ones, possibly transitively implied) and the
+copies feeding it. Memory -1 is host memory (``Region.read``/``write``).
+Fills (``lp.fill``) are lazy: a ``fill`` record has ``device`` None and zero
+duration; the data is materialised inside the prologue of its first reader.
+
+``to_chrome()`` gives Chrome trace / Perfetto JSON: one complete event
+("ph": "X", microseconds) per record, ``pid`` = rank, one ``tid`` per device
+and link (named by metadata events), the record itself under ``args``.
+``LEGIONPY_TRACE=file.json`` traces from start and writes the file at exit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+from typing import Any
+
+from .devices import queue_name
+from .scheduler import FAILED, Op
+
+__all__ = ["Trace"]
+
+
+class Trace:
+    """Collects finished ops while enabled. ``start()``, ``stop()``,
+    ``clear()``, ``records()``, ``to_chrome()``, ``save(path)``."""
+
+    def __init__(self, t0: float, rank: int = 0) -> None:
+        self.t0 = t0
+        self.rank = rank
+        self.enabled = False
+        self._ops: list[Op] = []
+        self._lock = threading.Lock()
+
+    def start(self, clear: bool = True) -> None:
+        if clear:
+            self.clear()
+        self.enabled = True
+
+    def stop(self) -> list[dict]:
+        """Stop recording and return the records so far."""
+        self.enabled = False
+        return self.records()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._ops = []
+
+    def add(self, op: Op) -> None:
+        self._ops.append(op)  # list.append is atomic under the GIL
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def records(self) -> list[dict]:
+        """Every recorded op, sorted by id."""
+        with self._lock:
+            ops = sorted(self._ops, key=lambda o: o.id)
+        return [self._record(o) for o in ops]
+
+    def _record(self, op: Op) -> dict[str, Any]:
+        link = op.queue if isinstance(op.queue, tuple) else None
+        return {
+            "id": op.id, "name": op.name, "kind": op.kind,
+            "device": None if link is not None else op.queue,
+            "link": link, "bytes": op.bytes,
+            "start": op.start - self.t0, "end": op.end - self.t0,
+            "deps": list(op.deps), "point": op.point, "launch": op.launch,
+            "tag": op.tag if isinstance(op.tag, (str, int, float, type(None))) else repr(op.tag),
+            "rank": self.rank, "failed": op.state == FAILED,
+        }
+
+    def to_chrome(self) -> dict[str, Any]:
+        recs = self.records()
+        tids: dict[Any, int] = {}
+        events: list[dict[str, Any]] = []
+        for r in recs:
+            q = tuple(r["link"]) if r["link"] is not None else r["device"]
+            if q not in tids:
+                tids[q] = len(tids)
+            events.append({
+                "name": r["name"], "cat": r["kind"], "ph": "X",
+                "ts": r["start"] * 1e6, "dur": max(r["end"] - r["start"], 0.0) * 1e6,
+                "pid": self.rank, "tid": tids[q],
+                "args": {k: v for k, v in r.items() if k not in ("name", "start", "end")},
+            })
+        for q, tid in tids.items():
+            events.append({"name": "thread_name", "ph": "M", "pid": self.rank, "tid": tid,
+                           "args": {"name": queue_name(q)}})
+        return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write Chrome trace JSON atomically (temp file + rename)."""
+        path = os.fspath(path)
+        d = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".trace-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.to_chrome(), f, default=_jsonable)
+        os.replace(tmp, path)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return list(v)
+    return repr(v)
