@@ -1,0 +1,101 @@
+"""Recurrent and attention zoo graphs at the paper's shapes (section 8.1 and
+REFERENCE.md): RNNTC (4 LSTM layers, hidden 1024), RNNLM (2 layers, hidden
+2048), NMT (2 + 2 layers, hidden 1024, attention, softmax over 32k words),
+all unrolled 40 steps, and a Transformer encoder stack.
+
+Each LSTM step is its own op (one cell = one time step, as FlexFlow's NMT);
+the cells of a layer share their Parameters (``share=`` the layer's first
+cell), so do the per-step embeddings and output projections. The
+Transformer uses single-head attention (``batch_matmul`` + ``softmax(loss=
+False)``): the op set has no head-split reshape yet.
+"""
+
+from __future__ import annotations
+
+__all__ = ["build_rnntc", "build_rnnlm", "build_nmt", "build_transformer"]
+
+
+def _stack(b, xs, layers, hidden, prefix, first=None, init=None):
+    """Run ``layers`` LSTM layers over the per-step inputs ``xs``; returns the
+    top layer's states per step and the last state of each layer."""
+    first = first if first is not None else [None] * layers
+    state = list(init) if init is not None else [None] * layers
+    tops = []
+    for t, x in enumerate(xs):
+        for layer in range(layers):
+            s = b.lstm(x, state[layer], hidden, share=first[layer],
+                       name=f"{prefix}{layer}.t{t}")
+            if first[layer] is None:
+                first[layer] = s
+            state[layer] = s
+            x = s.h
+        tops.append(state[-1])
+    return tops, state
+
+
+def _embed(b, tokens, steps, vocab, dim, name):
+    out, first = [], None
+    for t in range(steps):
+        e = b.embedding(tokens.select(1, t), vocab, dim, share=first, name=f"{name}.t{t}")
+        first = first or e
+        out.append(e)
+    return out
+
+
+def build_rnntc(b, steps: int = 40, hidden: int = 1024, layers: int = 4,
+                vocab: int = 32000, num_classes: int = 2):
+    tokens = b.input((steps,), dtype="int32", name="tokens")
+    xs = _embed(b, tokens, steps, vocab, hidden, "embed")
+    tops, _ = _stack(b, xs, layers, hidden, "lstm")
+    t = b.dense(tops[-1].h, num_classes, name="classifier")
+    return b.softmax(t, name="softmax")
+
+
+def build_rnnlm(b, steps: int = 40, hidden: int = 2048, layers: int = 2,
+                vocab: int = 10000):
+    tokens = b.input((steps,), dtype="int32", name="tokens")
+    xs = _embed(b, tokens, steps, vocab, hidden, "embed")
+    tops, _ = _stack(b, xs, layers, hidden, "lstm")
+    out, first = [], None
+    for t, s in enumerate(tops):
+        y = b.dense(s.h, vocab, share=first, name=f"proj.t{t}")
+        first = first or y
+        out.append(b.softmax(y, name=f"softmax.t{t}"))
+    return out
+
+
+def build_nmt(b, steps: int = 40, hidden: int = 1024, layers: int = 2, vocab: int = 32000):
+    src = b.input((steps,), dtype="int32", name="src")
+    tgt = b.input((steps,), dtype="int32", name="tgt")
+    enc, enc_last = _stack(b, _embed(b, src, steps, vocab, hidden, "src_embed"), layers,
+                           hidden, "enc")
+    keys = [s.h for s in enc]
+    dec, _ = _stack(b, _embed(b, tgt, steps, vocab, hidden, "tgt_embed"), layers, hidden,
+                    "dec", init=enc_last)
+    out, att0, proj0 = [], None, None
+    for t, s in enumerate(dec):
+        a = b.attention(s.h, keys, share=att0, name=f"attn.t{t}")
+        att0 = att0 or a
+        y = b.dense(a, vocab, share=proj0, name=f"proj.t{t}")
+        proj0 = proj0 or y
+        out.append(b.softmax(y, name=f"softmax.t{t}"))
+    return out
+
+
+def build_transformer(b, seq: int = 64, d_model: int = 512, ff: int = 2048, layers: int = 6,
+                      vocab: int = 32000):
+    tokens = b.input((seq,), dtype="int32", name="tokens")
+    x = b.embedding(tokens, vocab, d_model, name="embed")
+    for i in range(layers):
+        n = f"enc{i}"
+        q = b.dense(x, d_model, name=f"{n}.q")
+        k = b.dense(x, d_model, name=f"{n}.k")
+        v = b.dense(x, d_model, name=f"{n}.v")
+        s = b.softmax(b.batch_matmul(q, k, transpose_b=True, name=f"{n}.scores"), loss=False,
+                      name=f"{n}.attn")
+        c = b.batch_matmul(s, v, name=f"{n}.context")
+        x = b.add(x, b.dense(c, d_model, name=f"{n}.out"), name=f"{n}.res1")
+        f = b.dense(b.dense(x, ff, activation="gelu", name=f"{n}.ff1"), d_model,
+                    name=f"{n}.ff2")
+        x = b.add(x, f, name=f"{n}.res2")
+    return b.softmax(b.dense(x, vocab, name="lm_head"), name="softmax")

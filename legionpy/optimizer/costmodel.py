@@ -1,0 +1,166 @@
+"""Cost models: the exeTime of each task (paper section 5.1, assumptions A1
+and A2).
+
+- :class:`AnalyticCostModel`: roofline ``overhead + max(flops / peak,
+  bytes / mem_bw)`` per compute task, so any preset machine can be simulated
+  without its hardware.
+- :class:`MeasuredCostModel`: times a callable that runs the op's real kernel
+  for a tile (2 warm-up + 5 timed runs, median) and caches seconds on disk,
+  keyed by op kind + attrs + input/output tile shapes + dtype + device kind
+  (not device id), like FlexFlow's cost cache.
+- :class:`TableCostModel`: a recorded JSON profile (same keys), so a profile
+  taken on a GPU can drive simulation elsewhere.
+
+Copies cost ``latency + bytes / bandwidth`` on each link they occupy
+(assumption A2). Every duration is at least ``MIN_DURATION`` seconds, which
+keeps the simulated schedule unique (see :mod:`legionpy.optimizer.simulator`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+from ..errors import StrategyError
+from ..geometry import Rect
+from .machine import DeviceSpec, LinkSpec
+from .strategy import atomic_write_json
+
+__all__ = ["CostModel", "AnalyticCostModel", "MeasuredCostModel", "TableCostModel",
+           "cost_key", "MIN_DURATION"]
+
+MIN_DURATION = 1e-9  # seconds
+
+
+def cost_key(op, out: Rect, device_kind: str) -> str:
+    """Cache key of one tile's cost: kind + attrs + tile shapes + dtype + device kind."""
+    ins = ";".join(str(op.input_rect(i, out).shape) for i in range(len(op.inputs)))
+    attrs = ",".join(f"{k}={op.attrs[k]!r}" for k in sorted(op.attrs) if k != "seed")
+    return f"{op.kind}({attrs})|in={ins}|out={out.shape}|{op.dtype}|{device_kind}"
+
+
+class CostModel:
+    """Interface: seconds of the tasks of one op tile, one update, one copy hop."""
+
+    def op_time(self, op, out: Rect, device: DeviceSpec) -> tuple[float, float]:
+        """(forward, backward) seconds of the tile ``out`` of ``op`` on ``device``."""
+        raise NotImplementedError
+
+    def update_time(self, param, rect: Rect, device: DeviceSpec) -> float:
+        """Seconds to apply the optimizer to the weight tile ``rect`` (SGD:
+        read weight and gradient, write weight)."""
+        b = 3.0 * rect.volume * 4
+        return max(MIN_DURATION, self.launch_overhead(device) + b / device.mem_bw)
+
+    def copy_time(self, nbytes: float, link: LinkSpec) -> float:
+        """Seconds for ``nbytes`` on one directed link."""
+        return max(MIN_DURATION, link.latency + nbytes / link.bandwidth)
+
+    def load_time(self, nbytes: float, device: DeviceSpec) -> float:
+        """Seconds to bring ``nbytes`` of input from the host to ``device``."""
+        return self.launch_overhead(device) + nbytes / device.host_bw
+
+    def launch_overhead(self, device: DeviceSpec) -> float:
+        return 5e-6 if device.kind == "gpu" else 2e-5
+
+
+class AnalyticCostModel(CostModel):
+    """Roofline: ``overhead + max(flops / (peak * efficiency), bytes / mem_bw)``.
+
+    ``gpu_overhead_s`` / ``cpu_overhead_s``: per-kernel launch overhead in
+    seconds; ``efficiency``: fraction of peak FLOP/s a kernel reaches."""
+
+    def __init__(self, gpu_overhead_s: float = 5e-6, cpu_overhead_s: float = 2e-5,
+                 efficiency: float = 0.6) -> None:
+        self.gpu_overhead_s, self.cpu_overhead_s = gpu_overhead_s, cpu_overhead_s
+        self.efficiency = efficiency
+        self._memo: dict = {}
+
+    def launch_overhead(self, device: DeviceSpec) -> float:
+        return self.gpu_overhead_s if device.kind == "gpu" else self.cpu_overhead_s
+
+    def op_time(self, op, out, device):
+        key = (id(op), out, device.kind, device.flops, device.mem_bw)
+        r = self._memo.get(key)
+        if r is None:
+            (ff, fb), (bf, bb) = op.flops(out), op.bytes(out)
+            peak = device.flops * self.efficiency
+            ov = self.launch_overhead(device)
+            r = (max(MIN_DURATION, ov + max(ff / peak, bf / device.mem_bw)),
+                 max(MIN_DURATION, ov + max(fb / peak, bb / device.mem_bw)))
+            self._memo[key] = r
+        return r
+
+
+class MeasuredCostModel(AnalyticCostModel):
+    """Measured tile costs, cached on disk.
+
+    ``runner(op, out_rect, device) -> (forward_fn, backward_fn)`` returns two
+    zero-argument callables running the real kernels on one tile (built by
+    the operators layer); each is run 2 times to warm up and 5 timed times,
+    and the median is kept. ``cache_path``: a JSON file (atomic writes).
+    Without a runner, unmeasured tiles fall back to the analytic model."""
+
+    warmup, repeats = 2, 5
+
+    def __init__(self, runner: Callable | None = None, cache_path: str | None = None,
+                 **analytic) -> None:
+        super().__init__(**analytic)
+        self.runner = runner
+        self.cache_path = cache_path
+        self.table: dict[str, list[float]] = {}
+        if cache_path and os.path.exists(cache_path):
+            with open(cache_path) as f:
+                self.table = json.load(f)
+
+    @staticmethod
+    def time_callable(fn: Callable[[], object], warmup: int = 2, repeats: int = 5) -> float:
+        """Median seconds of ``fn()`` after ``warmup`` untimed runs."""
+        for _ in range(warmup):
+            fn()
+        ts = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t)
+        return float(statistics.median(ts))
+
+    def op_time(self, op, out, device):
+        key = cost_key(op, out, device.kind)
+        hit = self.table.get(key)
+        if hit is None:
+            if self.runner is None:
+                return super().op_time(op, out, device)
+            fwd, bwd = self.runner(op, out, device)
+            hit = [self.time_callable(fwd, self.warmup, self.repeats),
+                   self.time_callable(bwd, self.warmup, self.repeats)]
+            self.table[key] = hit
+            if self.cache_path:
+                atomic_write_json(self.cache_path, self.table)
+        return max(MIN_DURATION, hit[0]), max(MIN_DURATION, hit[1])
+
+    def save(self, path: str) -> None:
+        atomic_write_json(path, self.table)
+
+
+class TableCostModel(MeasuredCostModel):
+    """A recorded profile ``{cost_key: [forward_s, backward_s]}``. Missing tiles
+    use the analytic model when ``fallback=True``, else raise."""
+
+    def __init__(self, table: dict, fallback: bool = True, **analytic) -> None:
+        super().__init__(None, None, **analytic)
+        self.table = dict(table)
+        self.fallback = fallback
+
+    @classmethod
+    def from_json(cls, path: str, fallback: bool = True) -> TableCostModel:
+        with open(path) as f:
+            return cls(json.load(f), fallback)
+
+    def op_time(self, op, out, device):
+        if not self.fallback and cost_key(op, out, device.kind) not in self.table:
+            raise StrategyError(f"cost table has no entry for {cost_key(op, out, device.kind)}")
+        return super().op_time(op, out, device)

@@ -1,0 +1,218 @@
+"""The operator graph (paper section 3: the computation graph the search and
+the simulator take).
+
+:class:`Graph` has builder methods named like the layer API of DESIGN.md
+section 3 (``input``, ``conv2d``, ``pool2d``, ``dense``, ``flat``, ...), each
+returning a :class:`~legionpy.ops.TensorRef` with ``.shape``, so ``nn.Model``
+can delegate to it and the zoo builders work with either. No arrays are
+allocated: a full-size ResNet-101 graph is a few hundred small objects.
+
+Ops are stored in creation order, which is a topological order (an op can
+only consume refs that already exist).
+
+>>> g = Graph(batch_size=8)
+>>> x = g.input((3, 32, 32))
+>>> y = g.dense(g.flat(g.conv2d(x, 16, 3, padding=1, activation="relu")), 10)
+>>> g.softmax(y).shape
+(8, 10)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .. import ops as O
+from ..errors import GraphError
+from ..ops import Operator, Parameter, TensorRef
+
+__all__ = ["Graph", "Edge"]
+
+
+class Edge(tuple):
+    """``(producer op index, consumer op index, input position)``."""
+
+    __slots__ = ()
+
+
+class Graph:
+    """An operator graph under construction. ``batch_size`` is prepended to
+    every ``input`` shape."""
+
+    def __init__(self, batch_size: int = 64, name: str = "graph") -> None:
+        if int(batch_size) < 1:
+            raise GraphError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size = int(batch_size)
+        self.name = name
+        self.ops: list[Operator] = []
+        self._by_name: dict[str, Operator] = {}
+        self._counts: dict[str, int] = {}
+
+    # -- structure ---------------------------------------------------------
+    def add_op(self, op: Operator) -> TensorRef:
+        """Append an already-constructed operator; returns its output ref."""
+        if op.name in self._by_name:
+            raise GraphError(f"duplicate operator name {op.name!r} in graph {self.name!r}")
+        for r in op.inputs:
+            if not (0 <= r.op.index < len(self.ops)) or self.ops[r.op.index] is not r.op:
+                raise GraphError(f"{op.name!r} consumes {r.name!r}, which is not in this graph")
+        op.index = len(self.ops)
+        self.ops.append(op)
+        self._by_name[op.name] = op
+        return TensorRef(op)
+
+    def op(self, name: str) -> Operator:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise GraphError(f"graph {self.name!r} has no operator {name!r}") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._by_name
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def __iter__(self):
+        return iter(self.ops)
+
+    def edges(self) -> list[Edge]:
+        """Every tensor edge, consumer-major."""
+        return [Edge((r.op.index, o.index, i)) for o in self.ops for i, r in enumerate(o.inputs)]
+
+    def consumers(self, op: Operator | str) -> list[tuple[Operator, int]]:
+        """``(consumer, input position)`` pairs reading ``op``'s output."""
+        op = self.op(op) if isinstance(op, str) else op
+        return [(o, i) for o in self.ops for i, r in enumerate(o.inputs) if r.op is op]
+
+    def edge_bytes(self, edge: Edge) -> int:
+        """Bytes of the tensor (view) an edge carries, whole."""
+        p, c, i = edge
+        ref = self.ops[c].inputs[i]
+        n = 1
+        for s in ref.shape:
+            n *= s
+        return n * self.ops[p].itemsize
+
+    def parameters(self) -> dict[str, Parameter]:
+        """Every distinct parameter, by name, in first-use order."""
+        out: dict[str, Parameter] = {}
+        for o in self.ops:
+            for p in o.params.values():
+                prev = out.setdefault(p.name, p)
+                if prev is not p:
+                    raise GraphError(f"two different parameters are named {p.name!r}")
+        return out
+
+    def num_parameters(self) -> int:
+        """Total number of trainable scalars (shared parameters counted once)."""
+        return sum(p.size for p in self.parameters().values())
+
+    def summary(self) -> str:
+        lines = [f"{self.name}: {len(self.ops)} ops, {self.num_parameters():,} parameters"]
+        for o in self.ops:
+            lines.append(f"  {o.name:<28} {o.kind:<12} {o.output_shape}")
+        return "\n".join(lines)
+
+    # -- builders ------------------------------------------------------------
+    def _name(self, kind: str, name: str | None) -> str:
+        if name is not None:
+            return name
+        while True:
+            k = self._counts.get(kind, 0)
+            self._counts[kind] = k + 1
+            cand = f"{kind}_{k}"
+            if cand not in self._by_name:
+                return cand
+
+    def _make(self, cls: type[Operator], kind: str, inputs: Sequence[TensorRef],
+              name: str | None, share=None, **attrs) -> TensorRef:
+        shared = None
+        if share is not None:
+            shared = share.op.params if isinstance(share, TensorRef) else (
+                share.params if isinstance(share, Operator) else dict(share))
+        return self.add_op(cls(self._name(kind, name), inputs, shared=shared, **attrs))
+
+    def input(self, shape: Sequence[int], dtype: str = "float32",
+              name: str | None = None) -> TensorRef:
+        """A model input; ``shape`` excludes the batch dim."""
+        return self._make(O.Input, "input", [], name, dtype=dtype,
+                          shape=(self.batch_size,) + tuple(int(s) for s in shape))
+
+    def conv2d(self, x, out_channels: int, kernel, stride=1, padding=0, groups: int = 1,
+               activation: str | None = None, bias: bool = True,
+               name: str | None = None) -> TensorRef:
+        return self._make(O.Conv2D, "conv2d", [x], name, out_channels=int(out_channels),
+                          kernel=kernel, stride=stride, padding=padding, groups=int(groups),
+                          activation=activation, bias=bool(bias))
+
+    def pool2d(self, x, kernel, stride=None, padding=0, pool_type: str = "max",
+               name: str | None = None) -> TensorRef:
+        return self._make(O.Pool2D, "pool2d", [x], name, kernel=kernel, stride=stride,
+                          padding=padding, pool_type=pool_type)
+
+    def dense(self, x, units: int, activation: str | None = None, bias: bool = True,
+              share=None, name: str | None = None) -> TensorRef:
+        """``share``: a ref/op (or dict) whose parameters this layer reuses."""
+        return self._make(O.Dense, "dense", [x], name, share, units=int(units),
+                          activation=activation, bias=bool(bias))
+
+    def flat(self, x, name: str | None = None) -> TensorRef:
+        return self._make(O.Flat, "flat", [x], name)
+
+    def reshape(self, x, shape: Sequence[int], name: str | None = None) -> TensorRef:
+        return self._make(O.Reshape, "reshape", [x], name, shape=tuple(shape))
+
+    def relu(self, x, name: str | None = None) -> TensorRef:
+        return self._make(O.Relu, "relu", [x], name)
+
+    def sigmoid(self, x, name: str | None = None) -> TensorRef:
+        return self._make(O.Sigmoid, "sigmoid", [x], name)
+
+    def tanh(self, x, name: str | None = None) -> TensorRef:
+        return self._make(O.Tanh, "tanh", [x], name)
+
+    def gelu(self, x, name: str | None = None) -> TensorRef:
+        return self._make(O.Gelu, "gelu", [x], name)
+
+    def batch_norm(self, x, relu: bool = False, name: str | None = None) -> TensorRef:
+        return self._make(O.BatchNorm, "batch_norm", [x], name, relu=bool(relu))
+
+    def dropout(self, x, rate: float = 0.5, seed: int = 0, name: str | None = None):
+        return self._make(O.Dropout, "dropout", [x], name, rate=float(rate), seed=int(seed))
+
+    def concat(self, xs: Sequence[TensorRef], axis: int = 1, name: str | None = None):
+        return self._make(O.Concat, "concat", list(xs), name, axis=int(axis))
+
+    def add(self, a, b, activation: str | None = None, name: str | None = None):
+        """Element-wise ``a + b`` (optionally fused activation)."""
+        return self._make(O.Add, "add", [a, b], name, activation=activation)
+
+    def multiply(self, a, b, name: str | None = None) -> TensorRef:
+        return self._make(O.Multiply, "multiply", [a, b], name)
+
+    def softmax(self, x, loss: bool = True, name: str | None = None) -> TensorRef:
+        """Softmax over the last dim; ``loss=True`` adds cross-entropy and ends
+        the forward pass."""
+        return self._make(O.Softmax, "softmax", [x], name, loss=bool(loss))
+
+    def embedding(self, x, vocab: int, dim: int, share=None, name: str | None = None):
+        return self._make(O.Embedding, "embedding", [x], name, share, vocab=int(vocab),
+                          dim=int(dim))
+
+    def batch_matmul(self, a, b, transpose_b: bool = False, name: str | None = None):
+        return self._make(O.BatchMatmul, "batch_matmul", [a, b], name,
+                          transpose_b=bool(transpose_b))
+
+    def lstm(self, x, state: TensorRef | None, units: int, share=None,
+             name: str | None = None) -> TensorRef:
+        """One LSTM time step. ``state``: previous ``(N, 2, units)`` state or
+        None (zeros). ``share``: an earlier cell of the same layer. Returns the
+        new state; use ``.h`` for the hidden output."""
+        ins = [x] if state is None else [x, state]
+        return self._make(O.LSTMCell, "lstm", ins, name, share, units=int(units))
+
+    def attention(self, query, keys: Sequence[TensorRef], share=None,
+                  name: str | None = None) -> TensorRef:
+        """Luong attention of ``query`` (N, H) over encoder states ``keys``."""
+        return self._make(O.Attention, "attention", [query, *keys], name, share)
+

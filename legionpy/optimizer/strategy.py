@@ -1,0 +1,262 @@
+"""Parallel configs and strategies (paper section 4: a configuration gives a
+degree of parallelism per parallelizable dim and a device per task; a
+strategy gives a configuration per operator).
+
+``ParallelConfig(degrees, devices)``: ``degrees[d]`` tiles along output dim
+``d`` (``Rect.split`` row-major), tile ``k`` runs on ``devices[k]``. Frozen
+and hashable, so it keys caches.
+
+Strategy files (DESIGN.md section 3)::
+
+    {"ops": {"conv1": {"degrees": {"0": 4, "1": 1, "2": 1, "3": 1},
+                       "devices": [0, 1, 2, 3]}, ...},
+     "model": "alexnet", "machine": "p100:1x4"}
+
+Writes are atomic (temp file + ``os.replace``), so a crash leaves the previous
+file intact.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from ..errors import StrategyError
+
+__all__ = ["ParallelConfig", "Strategy", "atomic_write_json", "largest_divisor"]
+
+
+def atomic_write_json(path: str, obj) -> None:
+    """Write ``obj`` as JSON to ``path`` atomically."""
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=1, sort_keys=False)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def largest_divisor(n: int, at_most: int) -> int:
+    """Largest ``k <= at_most`` dividing ``n``."""
+    for k in range(min(n, at_most), 0, -1):
+        if n % k == 0:
+            return k
+    return 1
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """Degrees per output dim and one device per tile (row-major tiles)."""
+
+    degrees: tuple[int, ...]
+    devices: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "degrees", tuple(int(k) for k in self.degrees))
+        object.__setattr__(self, "devices", tuple(int(k) for k in self.devices))
+        if any(k < 1 for k in self.degrees):
+            raise StrategyError(f"degrees {self.degrees} must all be >= 1")
+        if math.prod(self.degrees) != len(self.devices):
+            raise StrategyError(f"degrees {self.degrees} make {math.prod(self.degrees)} tiles "
+                                f"but {len(self.devices)} devices were given: {self.devices}")
+
+    @property
+    def num_tiles(self) -> int:
+        return len(self.devices)
+
+    @classmethod
+    def single(cls, ndim: int, device: int = 0) -> ParallelConfig:
+        return cls((1,) * ndim, (device,))
+
+    @classmethod
+    def along(cls, ndim: int, dim: int, degree: int, devices) -> ParallelConfig:
+        deg = [1] * ndim
+        deg[dim] = degree
+        return cls(tuple(deg), tuple(devices)[:degree])
+
+    def validate(self, op, machine=None) -> None:
+        """Raise StrategyError naming the op, dim, degree or device at fault."""
+        shape = op.output_shape
+        if len(self.degrees) != len(shape):
+            raise StrategyError(f"op {op.name!r}: config has {len(self.degrees)} degrees "
+                                f"{self.degrees} but the output has {len(shape)} dims {shape}")
+        for d, (k, n) in enumerate(zip(self.degrees, shape)):
+            if k > 1 and op.dims[d] is None:
+                raise StrategyError(f"op {op.name!r} ({op.kind}): dim {d} is not "
+                                    f"parallelizable but has degree {k} (dims {op.dims})")
+            if n % k:
+                raise StrategyError(f"op {op.name!r}: degree {k} does not divide dim {d} "
+                                    f"of size {n} (output {shape})")
+        if machine is not None:
+            for dev in self.devices:
+                if not 0 <= dev < machine.num_devices:
+                    raise StrategyError(f"op {op.name!r}: device id {dev} is outside machine "
+                                        f"{machine.name!r} (0..{machine.num_devices - 1})")
+
+    def to_dict(self) -> dict:
+        return {"degrees": {str(d): k for d, k in enumerate(self.degrees)},
+                "devices": list(self.devices)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping, ndim: int | None = None, name: str = "?") -> ParallelConfig:
+        try:
+            degs = {int(k): int(v) for k, v in d["degrees"].items()}
+            devices = tuple(int(x) for x in d["devices"])
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise StrategyError(f"op {name!r}: bad config {d!r} ({e}); expected "
+                                f'{{"degrees": {{dim: n}}, "devices": [ids]}}') from None
+        n = ndim if ndim is not None else (max(degs) + 1 if degs else 1)
+        if any(k >= n or k < 0 for k in degs):
+            raise StrategyError(f"op {name!r}: degrees name dims {sorted(degs)} but the "
+                                f"output has {n} dims")
+        return cls(tuple(degs.get(i, 1) for i in range(n)), devices)
+
+
+class Strategy(Mapping[str, ParallelConfig]):
+    """A config per op name; a read-only mapping plus ``with_config``."""
+
+    def __init__(self, configs: Mapping[str, ParallelConfig], model: str | None = None,
+                 machine: str | None = None) -> None:
+        self._configs = dict(configs)
+        self.model, self.machine = model, machine
+
+    def __getitem__(self, name: str) -> ParallelConfig:
+        try:
+            return self._configs[name]
+        except KeyError:
+            raise StrategyError(f"the strategy has no config for op {name!r}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._configs)
+
+    def __len__(self) -> int:
+        return len(self._configs)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Strategy) and self._configs == other._configs
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._configs.items())))
+
+    def with_config(self, name: str, config: ParallelConfig) -> Strategy:
+        c = dict(self._configs)
+        c[name] = config
+        return Strategy(c, self.model, self.machine)
+
+    def validate(self, graph, machine) -> None:
+        """Every op configured, every config valid, no config for unknown ops."""
+        for name in self._configs:
+            if name not in graph:
+                raise StrategyError(f"the strategy has a config for op {name!r}, which graph "
+                                    f"{graph.name!r} lacks")
+        for op in graph.ops:
+            if op.name not in self._configs:
+                raise StrategyError(f"the strategy has no config for op {op.name!r}")
+            self._configs[op.name].validate(op, machine)
+
+    # -- JSON ------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {"ops": {k: c.to_dict() for k, c in self._configs.items()},
+                "model": self.model, "machine": self.machine}
+
+    @classmethod
+    def from_dict(cls, d: Mapping, graph=None) -> Strategy:
+        if not isinstance(d, Mapping) or "ops" not in d:
+            raise StrategyError('a strategy file must be a JSON object with an "ops" field')
+        configs = {}
+        for name, c in d["ops"].items():
+            ndim = len(graph.op(name).output_shape) if graph is not None and name in graph \
+                else None
+            configs[name] = ParallelConfig.from_dict(c, ndim, name)
+        return cls(configs, d.get("model"), d.get("machine"))
+
+    def save(self, path: str) -> None:
+        atomic_write_json(path, self.to_dict())
+
+    @classmethod
+    def load(cls, path: str, graph=None) -> Strategy:
+        try:
+            with open(path) as f:
+                return cls.from_dict(json.load(f), graph)
+        except json.JSONDecodeError as e:
+            raise StrategyError(f"{path}: not valid JSON ({e})") from None
+
+    # -- constructors ------------------------------------------------------------
+    @classmethod
+    def data_parallel(cls, graph, machine, num_devices: int | None = None) -> Strategy:
+        """Split every op's sample dim over the first ``num_devices`` devices (by
+        the largest degree that divides the batch). Ops whose sample dim cannot
+        be split (batch_norm) split their first parallelizable dim instead."""
+        n = num_devices or machine.num_devices
+        devs = list(range(n))
+        out = {}
+        for op in graph.ops:
+            out[op.name] = _split_first(op, ("sample", "parameter", "attribute"), devs)
+        return cls(out, graph.name, machine.name)
+
+    @classmethod
+    def model_parallel(cls, graph, machine, num_devices: int | None = None) -> Strategy:
+        """Split every op's parameter dim (else an attribute dim) over the devices;
+        ops with neither run whole on device 0."""
+        devs = list(range(num_devices or machine.num_devices))
+        out = {}
+        for op in graph.ops:
+            out[op.name] = _split_first(op, ("parameter", "attribute"), devs)
+        return cls(out, graph.name, machine.name)
+
+    @classmethod
+    def owt(cls, graph, machine, num_devices: int | None = None) -> Strategy:
+        """Krizhevsky's "one weird trick": data-parallel everywhere except dense
+        layers, which split their parameter dim."""
+        devs = list(range(num_devices or machine.num_devices))
+        out = {}
+        for op in graph.ops:
+            order = ("parameter", "sample") if op.kind == "dense" else (
+                "sample", "parameter", "attribute")
+            out[op.name] = _split_first(op, order, devs)
+        return cls(out, graph.name, machine.name)
+
+    @classmethod
+    def rnn_expert(cls, graph, machine) -> Strategy:
+        """The paper's RNN expert strategy: data parallel across nodes, each
+        layer (ops sharing parameters) on its own GPU within a node, round
+        robin; ops without parameters follow their first input's layer."""
+        layer_of: dict[str, int] = {}
+        groups: dict[int, int] = {}
+        for op in graph.ops:
+            if op.params:
+                pid = id(next(iter(op.params.values())))
+                layer_of[op.name] = groups.setdefault(pid, len(groups))
+            elif op.inputs:
+                layer_of[op.name] = layer_of[op.inputs[0].op.name]
+            else:
+                layer_of[op.name] = 0
+        nodes = sorted({d.node for d in machine.devices})
+        per_node = [machine.devices_of_node(n) for n in nodes]
+        out = {}
+        for op in graph.ops:
+            devs = [p[layer_of[op.name] % len(p)] for p in per_node]
+            out[op.name] = _split_first(op, ("sample", "parameter"), devs)
+        return cls(out, graph.name, machine.name)
+
+
+def _split_first(op, labels, devs) -> ParallelConfig:
+    """Split the first dim whose label comes first in ``labels`` by the largest
+    divisor of its size that is <= len(devs)."""
+    nd = len(op.output_shape)
+    for lab in labels:
+        for d, dl in enumerate(op.dims):
+            if dl == lab:
+                k = largest_divisor(op.output_shape[d], len(devs))
+                return ParallelConfig.along(nd, d, k, devs)
+    return ParallelConfig.single(nd, devs[0])

@@ -1,0 +1,74 @@
+"""Cost models: analytic roofline, measured cache, recorded tables."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from legionpy.errors import StrategyError
+from legionpy.ops import TensorRef
+from legionpy.optimizer import (
+    AnalyticCostModel,
+    Graph,
+    Machine,
+    MeasuredCostModel,
+    Simulator,
+    Strategy,
+    TableCostModel,
+)
+from legionpy.optimizer.costmodel import cost_key
+
+
+def _dense():
+    g = Graph(64)
+    return g, g.dense(g.input((1024,)), 1024).op
+
+
+def test_analytic_roofline_and_copy_time():
+    g, op = _dense()
+    m = Machine.parse("p100:1x2")
+    cm = AnalyticCostModel(gpu_overhead_s=5e-6, efficiency=0.5)
+    f, b = cm.op_time(op, op.output_rect, m.devices[0])
+    assert f == pytest.approx(5e-6 + 2 * 64 * 1024 * 1024 / (9.3e12 * 0.5))
+    assert b > f
+    half = op.output_rect.split((2, 1))[0]
+    assert cm.op_time(op, half, m.devices[0])[0] < f
+    ln = m.links[0]
+    assert cm.copy_time(1e6, ln) == pytest.approx(ln.latency + 1e6 / ln.bandwidth)
+
+
+def test_measured_cache_keyed_without_device_id(tmp_path):
+    g, op = _dense()
+    m = Machine.parse("p100:1x2")
+    calls = []
+
+    def runner(op_, rect, dev):
+        calls.append(dev.id)
+        return (lambda: None), (lambda: None)
+
+    path = tmp_path / "cache.json"
+    cm = MeasuredCostModel(runner, str(path))
+    t0 = cm.op_time(op, op.output_rect, m.devices[0])
+    t1 = cm.op_time(op, op.output_rect, m.devices[1])
+    assert calls == [0] and t0 == t1  # same kind, shapes: measured once
+    table = json.loads(path.read_text())
+    assert list(table) == [cost_key(op, op.output_rect, "gpu")]
+    again = MeasuredCostModel(None, str(path))
+    assert again.op_time(op, op.output_rect, m.devices[1]) == t0
+    assert MeasuredCostModel.time_callable(lambda: sum(range(100))) > 0
+
+
+def test_table_cost_model_drives_simulation(tmp_path):
+    g, op = _dense()
+    g.softmax(TensorRef(op))
+    m = Machine.parse("p100:1x1")
+    key = cost_key(op, op.output_rect, "gpu")
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({key: [0.5, 1.0]}))
+    sim = Simulator(g, m, TableCostModel.from_json(str(p)))
+    r = sim.run(Strategy.data_parallel(g, m))
+    assert r.iteration_time_s > 1.5
+    strict = TableCostModel({}, fallback=False)
+    with pytest.raises(StrategyError, match="no entry"):
+        strict.op_time(op, op.output_rect, m.devices[0])

@@ -1,0 +1,110 @@
+"""The task graph follows DESIGN.md section 2 exactly."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from legionpy.optimizer import Graph, Machine, ParallelConfig, Simulator, Strategy
+from legionpy.optimizer.taskgraph import pack_key
+
+
+def _tiny():
+    g = Graph(8, name="tiny")
+    x = g.input((6,), name="x")
+    h = g.dense(x, 4, name="fc1")
+    g.softmax(h, name="loss")
+    return g
+
+
+def _build(g, m, cfgs):
+    s = Strategy({k: ParallelConfig(*v) for k, v in cfgs.items()})
+    sim = Simulator(g, m)
+    sim.run(s)
+    return sim, sim.tg.to_json()
+
+
+def test_same_device_has_no_copies():
+    g, m = _tiny(), Machine.parse("p100:1x2")
+    _, tj = _build(g, m, {"x": ((2, 1), (0, 1)), "fc1": ((2, 1), (0, 1)),
+                          "loss": ((2, 1), (0, 1))})
+    kinds = Counter(t["kind"] for t in tj["tasks"])
+    # x: 2 loads; fc1, loss: 2 F + 2 B each; weight tiles: one per param, home dev 0,
+    # replica dev 1 -> one weight copy + one grad copy each, one update each
+    assert kinds["compute"] == 2 + 4 + 4
+    assert kinds["update"] == 2
+    assert kinds["copy"] == 4
+
+
+def test_copy_bytes_are_intersection_volumes():
+    g, m = _tiny(), Machine.parse("p100:1x2")
+    sim, tj = _build(g, m, {"x": ((1, 1), (0,)), "fc1": ((1, 2), (1, 0)),
+                            "loss": ((1, 1), (0,))})
+    names = {t["name"]: t for t in tj["tasks"]}
+    # fc1 tile 0 (columns 0:2) on device 1 needs all of x (8 x 6 floats) from device 0
+    assert names["xf:fc1.in0[0<-0].0"]["bytes"] == 8 * 6 * 4
+    # loss (whole, dev 0) needs fc1 tile 0 (8 x 2) from device 1; tile 1 is local
+    assert names["xf:loss.in0[0<-0].0"]["bytes"] == 8 * 2 * 4
+    assert "xf:loss.in0[0<-1].0" not in names
+    # fc1's weight split by rows: two tiles, each used once -> no weight copies
+    assert not [n for n in names if n.startswith("wcopy:fc1")]
+
+
+def test_dependences_of_forward_backward_update():
+    g, m = _tiny(), Machine.parse("p100:1x2")
+    sim, tj = _build(g, m, {"x": ((2, 1), (0, 1)), "fc1": ((2, 1), (0, 1)),
+                            "loss": ((2, 1), (0, 1))})
+    ids = {t["name"]: t["id"] for t in tj["tasks"]}
+    deps = {tuple(d) for d in tj["deps"]}
+    assert (ids["F:fc1[1]"], ids["B:fc1[1]"]) in deps
+    assert (ids["B:loss[1]"], ids["B:fc1[1]"]) in deps
+    assert (ids["F:x[0]"], ids["F:fc1[0]"]) in deps
+    w = "fc1.weight"
+    assert (ids[f"wcopy:{w}[0]@1.0"], ids["F:fc1[1]"]) in deps
+    assert (ids["B:fc1[1]"], ids[f"gcopy:{w}[0]@1.0"]) in deps
+    assert (ids[f"gcopy:{w}[0]@1.0"], ids[f"update:{w}[0]"]) in deps
+    assert (ids["B:fc1[0]"], ids[f"update:{w}[0]"]) in deps
+    # the input op has no backward task
+    assert "B:x[0]" not in ids
+
+
+def test_multi_hop_copy_occupies_each_link():
+    g, m = _tiny(), Machine.parse("p100:2x1")
+    sim, tj = _build(g, m, {"x": ((1, 1), (0,)), "fc1": ((1, 1), (1,)),
+                            "loss": ((1, 1), (1,))})
+    hops = [t for t in tj["tasks"] if t["name"].startswith("xf:fc1.in0")]
+    assert [t["device"] for t in hops] == [m.links[i].name for i in m.route(0, 1)]
+    assert len(hops) == 4 and len({t["bytes"] for t in hops}) == 1
+
+
+def test_shared_parameters_have_one_home_and_one_update():
+    g = Graph(4, name="rnn")
+    tok = g.input((3,), dtype="int32", name="tok")
+    s = None
+    first = None
+    for t in range(3):
+        e = g.embedding(tok.select(1, t), 10, 8, share=first, name=f"emb{t}")
+        first = first or e
+        s = g.lstm(e, s, 8, share=s, name=f"cell{t}")
+    g.softmax(g.dense(s.h, 5, name="out"), name="loss")
+    m = Machine.parse("p100:1x4")
+    cfg = {op.name: ParallelConfig.single(len(op.output_shape), op.index % 4) for op in g.ops}
+    sim, tj = _build(g, m, {k: (v.degrees, v.devices) for k, v in cfg.items()})
+    names = [t["name"] for t in tj["tasks"]]
+    assert sum(n.startswith("update:cell0.w_ih") for n in names) == 1
+    assert g.num_parameters() == 10 * 8 + (4 * 8 * 8) * 2 + 4 * 8 + 8 * 5 + 5
+    # cells run on devices 2, 0, 2: home is 2, device 0 gets the one weight copy
+    assert {n for n in names if n.startswith("wcopy:cell0.w_ih")} == {
+        "wcopy:cell0.w_ih[0]@0.0"}
+    assert {n for n in names if n.startswith("gcopy:cell0.w_ih")} == {
+        "gcopy:cell0.w_ih[0]@0.0"}
+
+
+def test_keys_are_stable_ids():
+    assert pack_key(1, 0) < pack_key(1, 1) < pack_key(2, 0)
+    g, m = _tiny(), Machine.parse("p100:1x2")
+    a = _build(g, m, {"x": ((2, 1), (0, 1)), "fc1": ((1, 2), (0, 1)),
+                      "loss": ((2, 1), (0, 1))})[1]
+    b = _build(g, m, {"x": ((2, 1), (0, 1)), "fc1": ((1, 2), (0, 1)),
+                      "loss": ((2, 1), (0, 1))})[1]
+    assert a == b
+    assert [t["id"] for t in a["tasks"]] == list(range(len(a["tasks"])))
