@@ -196,7 +196,8 @@ class Strategy(Mapping[str, ParallelConfig]):
     def data_parallel(cls, graph, machine, num_devices: int | None = None) -> Strategy:
         """Split every op's sample dim over the first ``num_devices`` devices (by
         the largest degree that divides the batch). Ops whose sample dim cannot
-        be split (batch_norm) split their first parallelizable dim instead."""
+        be split (a batch smaller than the device count) split their first
+        parallelizable dim instead."""
         n = num_devices or machine.num_devices
         devs = list(range(n))
         out = {}

@@ -69,7 +69,8 @@ def test_dense_batchnorm_softmax_dims():
     assert d.op.input_rect(0, Rect((0, 2), (2, 4))) == Rect((0, 0), (2, 10))
     assert d.op.weight_rect("weight", Rect((0, 2), (2, 4))) == Rect((0, 2), (10, 4))
     bn = g.batch_norm(g.conv2d(g.input((3, 8, 8)), 4, 3))
-    assert bn.op.dims == (None, "parameter", None, None)
+    assert bn.op.dims == ("sample", "parameter", None, None)  # local statistics per sample tile
+    assert bn.op.input_rect(0, Rect((0, 1, 0, 0), (2, 3, 6, 6))) == Rect((0, 1, 0, 0), (2, 3, 6, 6))
     assert g.softmax(d).op.dims == ("sample", None)
     assert g.softmax(d, loss=False).op.dims == ("sample", None)
 

@@ -45,10 +45,11 @@ def test_constructors():
     assert ex["lstm0.t1"].devices == ex["lstm0.t0"].devices
 
 
-def test_batch_norm_data_parallel_splits_channels():
+def test_batch_norm_data_parallel_splits_samples():
+    # batch_norm is sample-parallel with local statistics, as in FlexFlow
     g = models.resnet101(batch_size=8, image_size=32, width=0.0625, blocks=(1, 1, 1, 1)).graph
     m = Machine.parse("p100:1x4")
-    assert Strategy.data_parallel(g, m)["bn1"].degrees == (1, 4, 1, 1)
+    assert Strategy.data_parallel(g, m)["bn1"].degrees == (4, 1, 1, 1)
 
 
 def test_validation_errors_name_the_value():
