@@ -17,7 +17,9 @@ anything runs, and only from what the program did (never from timing):
    device's FIFO worker once its dependences finished.
 
 Under MPI every rank performs exactly the same steps 1-5, so all ranks agree
-on ids, devices and copies; a rank then executes only its devices' ops.
+on ids, devices and copies; a rank then executes only its devices' ops
+(replication.py decides each rank's part; mpi.py is the MPI layer; devices
+come from every rank, rank-major, see ``machine_devices``).
 
 Tasks with no region arguments skip steps 2, 3 and 5 (the fast path). At a
 fence every op has finished, so the dependence state restarts empty and
@@ -39,13 +41,15 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import LaunchError, MappingError, PrivilegeError, RegionError
+from ..errors import LaunchError, MappingError, PrivilegeError, RegionError, TaskError
 from ..regions import WD, DependenceAnalyzer, Partition, Region, RegionRequirement, Subregion
 from .coherence import HOST, FieldState, Request
-from .devices import Device, cpu_devices, default_cpu_count, limit_blas, queue_name
+from .devices import Device, limit_blas, machine_devices, queue_name
 from .futures import Future, FutureMap
 from .instances import Instances, RegionView
 from .launch import LaunchOptions, TaskFunction
+from .mpi import launched_under_mpi
+from .replication import describe_args
 from .scheduler import DONE, Op, Scheduler, SerialExecutor, ThreadExecutor
 from .trace import Trace
 
@@ -69,8 +73,17 @@ class Runtime:
 
         self.t0 = time.perf_counter()
         self.rank = 0
-        self.devices: list[Device] = cpu_devices(cpus if cpus is not None else
-                                                 default_cpu_count())
+        self.repl: Any = None
+        cl = None
+        if launched_under_mpi():
+            from .mpi import cluster
+
+            cl = cluster()
+            self.rank = cl.rank
+            if cl.size > 1:
+                executor = "threads"  # blocking transfers need their own link workers
+        self.devices: list[Device] = machine_devices(cpus, cl)
+        self.local = [d for d in self.devices if d.rank == self.rank]
         self.debug = int(debug if debug is not None else os.environ.get("LEGIONPY_DEBUG", 0) or 0)
         self.sched = Scheduler(on_done=self._on_done)
         kind = executor or os.environ.get("LEGIONPY_EXECUTOR", "threads")
@@ -86,7 +99,17 @@ class Runtime:
         self.states: dict[tuple[int, str], FieldState] = {}
         self._tracked: set[int] = set()
         self.instances = Instances()
+        if any(d.kind == "gpu" for d in self.local):
+            from .gpu import ordinal
+
+            self.instances.gpu_of = {d.id: ordinal(d) for d in self.local if d.kind == "gpu"}
         self.trace = Trace(self.t0, self.rank)
+        if cl is not None and cl.size > 1:
+            from .replication import Replicator
+
+            self.repl = Replicator(self, cl)
+            Op.show_rank = True
+            atexit.register(self._exit_fence)
         self._next_id = 0
         self._seq = 0
         self._launches = 0
@@ -139,6 +162,8 @@ class Runtime:
             rargs = [(i, a, ps) for (i, a), ps in zip(rargs, psets)]
         elif task.privileges:
             task.privileges_for(0)  # raises the mismatch
+        if self.repl is not None:
+            self.repl.note(f"{task.name}({describe_args(args)}) {task.privileges}")
         return self._point(task, op_id, seq, args, kwargs, rargs, options, None, None, None, None)
 
     def _point(self, task: TaskFunction, op_id: int, seq: int, args: tuple, kwargs: dict,
@@ -173,20 +198,25 @@ class Runtime:
         dep_ops: list[Op] = []
         live = self._live
         fut_pos = None
-        for i, a in enumerate(args):
-            if isinstance(a, Future):
-                dep_ops.append(a._op)
-                fut_pos = (fut_pos or []) + [i]
-        for k, a in kwargs.items():
+        repl = self.repl
+        for k, a in (*enumerate(args), *kwargs.items()):
             if isinstance(a, Future):
                 dep_ops.append(a._op)
                 fut_pos = (fut_pos or []) + [k]
+                if repl is not None:
+                    t = repl.future_arg(a._op, dev)
+                    if t is not None:
+                        dep_ops.append(t)
         views = prologues = None
         dep_ids = {d.id for d in dep_ops} if dep_ops else ()
         if reqs:
             views, prologues, ids = self._analyze(op_id, reqs, rargs, dev, mems, dep_ops, task)
             dep_ids = ids.union(dep_ids)
         fn = task.fn
+        if dev.kind == "gpu":
+            from .gpu import on_device
+
+            fn = on_device(fn, dev)
 
         def body(op: Op) -> Any:
             a = list(args)
@@ -216,8 +246,15 @@ class Runtime:
                 raise
 
         op = Op(op_id, options.kind, name, dev.id, body, point, index, options.tag)
+        op.rank = dev.rank
+        if dev.rank != self.rank:
+            repl.ghost(op, dev.rank)
+        elif repl is not None:
+            repl.cl.keep(op)
         if reqs:
             live[op_id] = op
+        if repl is not None:
+            repl.launched = op_id + 1
         op.deps = tuple(sorted(dep_ids))
         self.sched.submit(op, dep_ops)
         self.sched.executor.drain()
@@ -237,6 +274,8 @@ class Runtime:
         prologues: list = []
         views: list = []
         k = 0
+        repl = self.repl
+        mine = dev.rank == self.rank
         for pos, region, pset in rargs:
             fieldspecs = []
             rect = region.rect
@@ -244,6 +283,8 @@ class Runtime:
             for _ in pset.privileges:
                 req = reqs[k]
                 mem = dev.id if mems is None else mems[k]
+                if repl is not None:
+                    mem = repl.memory(mem, dev)
                 mode, redop = req.privilege.mode, req.privilege.redop
                 for f in req.fields:
                     key = (root.uid, f)
@@ -251,8 +292,9 @@ class Runtime:
                     buf = None
                     if mode == "reduce":
                         buf = (op_id, k, f)
-                        self.instances.new_reduction(buf, rect, redop, root.fields[f])
-                    else:
+                        if mine:
+                            self.instances.new_reduction(buf, rect, redop, root.fields[f], mem)
+                    elif mine:
                         self.instances.instance(mem, root, f)
                     plan, self.states[key] = st.access(
                         Request(rect, mode, mem, op_id, redop, buf), self._new_id)
@@ -296,7 +338,7 @@ class Runtime:
                     arrays[f] = inst.redbufs[buf]
                     continue
                 a = inst.instance(mem, root, f)[sl]
-                if mode == "read":
+                if mode == "read" and type(a) is np.ndarray:
                     a = a.view()
                     a.flags.writeable = False
                 arrays[f] = a
@@ -305,6 +347,8 @@ class Runtime:
         return build
 
     def _submit_copy(self, c: Any, root: Any, field: str) -> None:
+        if self.repl is not None:
+            return self.repl.submit_copy(c, root, field)
         inst = self.instances
 
         def run(op: Op) -> None:
@@ -349,6 +393,9 @@ class Runtime:
                     raise LaunchError(f"index launch of {task.name!r}: argument {i} ({a!r}) has "
                                       f"no color {missing[0]} of the launch domain")
         check_index_interference(task.name, domain, args, rpos, psets)
+        if self.repl is not None:
+            self.repl.note(f"index {task.name}{domain[0]}..{domain[-1]}x{len(domain)}"
+                           f"({describe_args(args)}) {task.privileges}")
         base = self._next_id
         self._next_id = base + len(domain)
         seq = self._seq
@@ -381,6 +428,8 @@ class Runtime:
         root = region.root
         root.fields.resolve((field,), where=region.name)
         value = np.asarray(value, dtype=root.fields[field])[()]
+        if self.repl is not None:
+            self.repl.note(f"fill R{root.uid}{region.rect.lo}{region.rect.hi}.{field}={value}")
         op_id = self._new_id()
         deps = self.analyzer.analyze(op_id, [RegionRequirement(region, WD(field))])
         key = (root.uid, field)
@@ -399,6 +448,8 @@ class Runtime:
         if arr.shape != rect.shape:
             raise RegionError(f"write of {region.name}.{field}: array shape {arr.shape} differs "
                               f"from the region's shape {rect.shape}")
+        if self.repl is not None:
+            self.repl.note(f"write R{root.uid}{rect.lo}{rect.hi}.{field} {arr.dtype}")
         op_id = self._new_id()
         deps = self.analyzer.analyze(op_id, [RegionRequirement(region, WD(field))])
         self._wait_ids(deps)
@@ -413,6 +464,8 @@ class Runtime:
 
         root, rect = region.root, region.rect
         root.fields.resolve((field,), where=region.name)
+        if self.repl is not None:
+            self.repl.note(f"read R{root.uid}{rect.lo}{rect.hi}.{field}")
         op_id = self._new_id()
         deps = set(self.analyzer.analyze(op_id, [RegionRequirement(region, R(field))]))
         key = (root.uid, field)
@@ -434,8 +487,14 @@ class Runtime:
                     raise o.error
 
     def fence(self, timeout: float | None = None) -> None:
-        """Wait for every launched op; raise the first failure (TaskError)."""
+        """Wait for every launched op; raise the first failure (TaskError).
+        Under MPI first compare the launches of every rank (RankMismatchError)."""
+        if self.repl is not None:
+            self.repl.check_launches()
         self.sched.wait(None, timeout)
+        if self.repl is not None:
+            self.repl.reset()
+            self.repl.cl.check()
         failures, self._failures = self._failures, []
         self._live.clear()
         self.analyzer = DependenceAnalyzer()
@@ -456,6 +515,8 @@ class Runtime:
             self._live.pop(op.id, None)
         else:
             self._failures.append(op)
+            if self.repl is not None and not isinstance(op.error.__cause__, TaskError):
+                self.repl.cl.report_failure(str(op.error))
         if self.trace.enabled:
             self.trace.add(op)
         if self.debug:
@@ -473,6 +534,14 @@ class Runtime:
     def _write_trace(self) -> None:
         if self._trace_path and len(self.trace):
             self.trace.save(self._trace_path)
+
+    def _exit_fence(self) -> None:
+        """At interpreter exit under MPI: finish in-flight transfers first."""
+        if not self.closed and self.repl is not None and self.repl.cl.failure is None:
+            try:
+                self.shutdown()
+            except Exception as exc:  # noqa: BLE001 - report, the job is ending
+                _log(f"rank {self.rank} at exit: {exc}")
 
     def shutdown(self) -> None:
         """Fence (errors are dropped), write the trace, stop workers."""

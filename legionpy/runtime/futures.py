@@ -2,7 +2,11 @@
 
 ``Future.get()`` waits for the producing task (draining the serial executor
 or blocking on the worker threads) and returns its result, or raises the
-:class:`~legionpy.errors.TaskError` that names the task and point. A Future
+:class:`~legionpy.errors.TaskError` that names the task and point. Under
+MPI, the result of a task another rank ran is fetched from that rank on the
+first ``get()`` (one request per owning rank for a whole FutureMap) and
+kept; a Future passed to a task on another rank is sent there by a
+transfer op the launch inserts (runtime/replication.py). A Future
 passed as an argument to a later task makes that task wait for the
 producer, and the body receives the value. A :class:`FutureMap` holds one
 Future per point of an index launch; passed to another index launch it
@@ -52,6 +56,8 @@ class Future:
             self._sched.wait(op, timeout)
         if op.state == FAILED:
             raise op.error
+        if op.remote:
+            self._sched.fetch([op], timeout)
         return op.result
 
     def __repr__(self) -> str:
@@ -95,6 +101,10 @@ class FutureMap:
 
     def get(self, timeout: float | None = None) -> list[Any]:
         """Every point's result, in color order (raises the first TaskError)."""
+        ghosts = [f._op for f in self._futures.values() if f._op.remote]
+        if ghosts:
+            self.wait(timeout)
+            next(iter(self._futures.values()))._sched.fetch(ghosts, timeout)
         return [f.get(timeout) for f in self._futures.values()]
 
     def __repr__(self) -> str:

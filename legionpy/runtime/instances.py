@@ -11,6 +11,12 @@ identity-initialised; a reduction copied to another memory lands in a
 staging buffer there and is folded by the reader's prologue. Buffers no
 coherence piece refers to are dropped at the next fence.
 
+GPU memories (``gpu_of``: memory id -> CUDA device ordinal, set by the
+Runtime for this rank's GPU devices) hold CuPy arrays allocated outside
+CuPy's pool (so CUDA IPC handles point at the array itself, runtime/gpu.py);
+copies and staging buffers move data between backends with the helpers of
+gpu.py. With no GPU memory the numpy code path is the only one taken.
+
 Task bodies receive one :class:`RegionView` per region argument: one
 attribute per field the task holds a privilege on (read-only arrays for
 ``R``, so a write raises), plus ``rect`` (root coordinates) and ``region``.
@@ -78,6 +84,20 @@ class Instances:
         self.redbufs: dict[Any, np.ndarray] = {}
         self.staging: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
+        self.gpu_of: dict[int, int] = {}
+
+    def zeros(self, memory: int, shape: tuple, dtype: Any) -> Any:
+        if memory in self.gpu_of:
+            from . import gpu
+            return gpu.zeros(self.gpu_of[memory], shape, dtype)
+        return np.zeros(shape, dtype=dtype)
+
+    def to_memory(self, arr: Any, memory: int) -> Any:
+        """A copy of ``arr`` in ``memory``'s backend (numpy or CuPy on its GPU)."""
+        if not self.gpu_of and type(arr) is np.ndarray:
+            return np.array(arr, copy=True)
+        from . import gpu
+        return gpu.copy_to(arr, self.gpu_of.get(memory))
 
     def instance(self, memory: int, root: Any, field: str) -> np.ndarray:
         key = (memory, root.uid, field)
@@ -86,12 +106,17 @@ class Instances:
             with self._lock:
                 arr = self.arrays.get(key)
                 if arr is None:
-                    arr = np.zeros(root.shape, dtype=root.fields[field])
+                    arr = self.zeros(memory, root.shape, root.fields[field])
                     self.arrays[key] = arr
         return arr
 
-    def new_reduction(self, key: Any, rect: Rect, redop: str, dtype: np.dtype) -> np.ndarray:
-        buf = np.full(rect.shape, identity(redop, dtype), dtype=dtype)
+    def new_reduction(self, key: Any, rect: Rect, redop: str, dtype: np.dtype,
+                      memory: int = -1) -> Any:
+        if memory in self.gpu_of:
+            buf = self.zeros(memory, rect.shape, dtype)
+            buf[...] = identity(redop, dtype)
+        else:
+            buf = np.full(rect.shape, identity(redop, dtype), dtype=dtype)
         self.redbufs[key] = buf
         return buf
 
@@ -103,10 +128,15 @@ class Instances:
     def run_copy(self, c: Copy, root: Any, field: str) -> None:
         if c.buffer is None:
             sl = c.rect.to_slices()
-            self.instance(c.dst, root, field)[sl] = self.instance(c.src, root, field)[sl]
+            if self.gpu_of:
+                from . import gpu
+                gpu.copy_into(self.instance(c.dst, root, field)[sl],
+                              self.instance(c.src, root, field)[sl])
+            else:
+                self.instance(c.dst, root, field)[sl] = self.instance(c.src, root, field)[sl]
         else:
             src = self.redbufs[c.buffer][c.rect.to_slices(c.buffer_rect.lo)]
-            self.staging[c.id] = np.array(src, copy=True)
+            self.staging[c.id] = self.to_memory(src, c.dst)
 
     def run_prologue(self, actions: list, root: Any, field: str) -> None:
         for a in actions:

@@ -13,6 +13,12 @@ that become ready together (released by one completion, or submitted ready)
 enter their queues sorted by op id. So every device and link processes its
 ops in a deterministic order whenever readiness order is.
 
+Control replication (runtime/replication.py) adds *ghosts*: ops another
+MPI rank executes, submitted here with queue None (``remote=True``), so
+they finish as soon as their dependences do and keep this rank's
+dependence structure identical to the executing rank's. ``interrupt`` is
+set by the MPI watchdog when another rank failed: every wait raises it.
+
 Failure: an op whose body raises is *failed*; every op that depends on it
 fails as soon as it becomes ready, without running, with a TaskError naming
 both. Every wait ends: ops either finish or fail, worker threads catch every
@@ -55,7 +61,7 @@ class Op:
 
     __slots__ = ("id", "kind", "name", "queue", "fn", "state", "npending", "succ", "deps",
                  "result", "error", "start", "end", "bytes", "point", "launch", "tag", "src",
-                 "dst", "waited", "__weakref__")
+                 "dst", "waited", "rank", "remote", "__weakref__")
 
     def __init__(self, id: int, kind: str, name: str, queue: Any, fn: Callable[[Op], Any] | None,
                  point: tuple | None = None, launch: int | None = None, tag: Any = None) -> None:
@@ -76,9 +82,15 @@ class Op:
         self.launch = launch
         self.tag = tag
         self.waited = False
+        self.rank = 0  # MPI rank that executes it
+        self.remote = False  # a ghost of an op another rank executes (queue None)
+
+    show_rank = False  # set under MPI: descriptions name the executing rank
 
     def describe(self) -> str:
         where = f" point {self.point}" if self.point is not None else ""
+        if Op.show_rank:
+            where += f" rank {self.rank}"
         return f"{self.kind} {self.name!r} (op {self.id}{where})"
 
     def __repr__(self) -> str:
@@ -94,6 +106,8 @@ class Scheduler:
         self.waiters = 0
         self.outstanding = 0  # submitted, not finished
         self.on_done = on_done  # trace / debug hook, called after each op
+        self.interrupt: BaseException | None = None  # set by the MPI watchdog: waits raise it
+        self.fetch: Callable[[list[Op], float | None], None] | None = None  # remote results
         self.executor: Executor = SerialExecutor(self)
 
     # -- submission (launching thread) ------------------------------------------
@@ -192,6 +206,8 @@ class Scheduler:
             self.waiters += 1
             try:
                 while (self.outstanding if op is _ALL else op.state < DONE):
+                    if self.interrupt is not None:
+                        raise self.interrupt
                     left = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
                     if left <= 0:
                         what = "the submitted ops" if op is _ALL else op.describe()

@@ -1,0 +1,311 @@
+"""The MPI layer of control replication: the job, waits that end, the error
+channel and the service thread.
+
+Nothing here is imported in a one-process run: :func:`launched_under_mpi`
+looks only at environment variables (``LEGIONPY_MPI=1|0`` forces; else any
+of ``PMI_RANK``, ``PMI_SIZE``, ``OMPI_COMM_WORLD_SIZE``, ``MPI_LOCALRANKID``,
+``PMIX_RANK`` set by mpirun/mpiexec/srun), and mpi4py is imported by
+:func:`cluster` only then.
+
+Communicators (all ``Dup`` of COMM_WORLD, so legionpy traffic never matches a
+user's messages): ``data`` carries copies and future transfers (tag = op id
+modulo the tag upper bound; copies on one link run in op-id order on both
+ranks, so MPI's non-overtaking rule keeps even wrapped tags apart); ``svc``
+carries future requests and replies; ``err`` the error channel; ``coll``
+the fence's launch-hash allgather.
+
+Never a hang: every wait polls (:meth:`Cluster.wait`) with a deadline of
+``LEGIONPY_MPI_TIMEOUT`` seconds (default 60) and raises a
+:class:`~legionpy.errors.TaskError` saying what it waited for; it also
+raises as soon as the watchdog learned that another rank failed.
+
+Failure protocol: a rank whose task fails (:meth:`Cluster.report_failure`)
+prints the message, sends it to every other rank on the error channel and
+arms an abort timer: after ``LEGIONPY_MPI_GRACE`` seconds (default 2), or at
+interpreter exit if sooner, it calls ``MPI_Abort(1)``, so ``mpirun`` exits
+non-zero. The watchdog thread of every other rank polls the channel, prints
+the same message, sets the scheduler's ``interrupt`` (every wait raises the
+TaskError) and arms its own timer. A rank killed by a signal is handled by
+the launcher (MPICH's hydra kills the job when one process dies).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import TaskError
+
+__all__ = ["launched_under_mpi", "cluster", "Cluster", "MPI_ENV_VARS"]
+
+MPI_ENV_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALRANKID", "PMIX_RANK")
+ERR_TAG, REQ_TAG = 1, 2
+REPLY_BASE = 1000
+
+
+def launched_under_mpi() -> bool:
+    """True when this process was started by an MPI launcher (or LEGIONPY_MPI=1)."""
+    force = os.environ.get("LEGIONPY_MPI", "").strip()
+    if force in ("0", "1"):
+        return force == "1"
+    return any(v in os.environ for v in MPI_ENV_VARS)
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+_cluster: Cluster | None = None
+
+
+def cluster() -> Cluster:
+    """The process's :class:`Cluster` (imports mpi4py; collective on first call)."""
+    global _cluster
+    if _cluster is None:
+        _cluster = Cluster()
+    return _cluster
+
+
+class Cluster:
+    """This MPI job: ``rank``, ``size``, ``hosts`` (name per rank),
+    ``local_rank`` (index among the ranks of this host), communicators,
+    ``timeout`` (s) and the watchdog/service thread."""
+
+    def __init__(self) -> None:
+        from mpi4py import MPI
+
+        self.MPI = MPI
+        world = MPI.COMM_WORLD
+        self.world = world
+        self.rank, self.size = world.Get_rank(), world.Get_size()
+        self.data, self.svc, self.err, self.coll = (world.Dup() for _ in range(4))
+        self.tag_ub = int(world.Get_attr(MPI.TAG_UB) or 32767)
+        self.timeout = _env_float("LEGIONPY_MPI_TIMEOUT", 60.0)
+        self.grace = _env_float("LEGIONPY_MPI_GRACE", 2.0)
+        self.host = MPI.Get_processor_name() or socket.gethostname()
+        self.hosts: list[str] = world.allgather(self.host)
+        same = [r for r, h in enumerate(self.hosts) if h == self.host]
+        self.local_rank, self.local_size = same.index(self.rank), len(same)
+        self.failure: str | None = None
+        self.sched_ref: Callable[[], Any] = lambda: None
+        self.next_id: Callable[[], int] = lambda: 0
+        self.generation = 0  # runtimes bound so far: the same count on every rank
+        self.owned: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        self.epochs: list[dict[int, Any]] = [{}, {}]
+        self._requests: list[tuple[int, int, int, list[int]]] = []
+        self._reply = 0
+        self._abort_at: float | None = None
+        self._stop = False
+        self._svc_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._watch, daemon=True, name="legionpy-mpi")
+        self._thread.start()
+        atexit.register(self._at_exit)
+        self._hook = sys.excepthook
+        sys.excepthook = self._excepthook
+
+    def _excepthook(self, kind: type, exc: BaseException, tb: Any) -> None:
+        """An uncaught exception on one rank ends the job (after the grace)."""
+        self._hook(kind, exc, tb)
+        text = str(exc) if isinstance(exc, TaskError) else (
+            f"uncaught {kind.__name__} on rank {self.rank}: {exc}")
+        self.report_failure(text)
+
+    # -- binding to the current runtime ------------------------------------------------
+    def bind(self, sched: Any, next_id: Callable[[], int]) -> None:
+        """Serve future requests from, and interrupt the waits of, ``sched``;
+        ``next_id()`` is the runtime's next op id (ops below it were launched)."""
+        self.sched_ref = weakref.ref(sched)
+        self.next_id = next_id
+        self.generation += 1
+        self.owned = weakref.WeakValueDictionary()
+        self.epochs = [{}, {}]
+        sched.fetch = self.fetch
+
+    def keep(self, op: Any) -> None:
+        """Serve ``op``'s result to other ranks: kept strongly until two fences
+        later (a rank may ask after this one dropped its Future), then weakly
+        (while this rank's program still holds the Future)."""
+        self.owned[op.id] = op
+        self.epochs[1][op.id] = op
+
+    def new_epoch(self) -> None:
+        """At a fence: requests sent before it can still be answered."""
+        self.epochs = [self.epochs[1], {}]
+
+    def _lookup(self, i: int) -> Any:
+        e = self.epochs
+        return e[1].get(i) or e[0].get(i) or self.owned.get(i)
+
+    def tag(self, op_id: int) -> int:
+        return op_id % self.tag_ub
+
+    # -- waits that end ----------------------------------------------------------------
+    def check(self) -> None:
+        """Raise if another rank (or this one) reported a failure."""
+        if self.failure is not None:
+            raise TaskError(self.failure)
+
+    def wait(self, reqs: list, what: Callable[[], str], timeout: float | None = None) -> None:
+        """Complete every request in ``reqs``; spin briefly, then sleep with a
+        growing interval; TaskError after ``timeout`` (LEGIONPY_MPI_TIMEOUT) s."""
+        test = self.MPI.Request.Testall
+        if test(reqs):
+            return
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 5e-4:  # spin (yielding the GIL) for 0.5 ms
+            if test(reqs):
+                return
+            time.sleep(0)
+        limit = self.timeout if timeout is None else timeout
+        nap = 1e-5
+        while not test(reqs):
+            if self.failure is not None:
+                raise TaskError(self.failure)
+            if time.perf_counter() - t0 > limit:
+                for r in reqs:
+                    try:
+                        r.Cancel()
+                    except Exception:  # noqa: BLE001 - collectives cannot be cancelled
+                        pass
+                raise TaskError(f"rank {self.rank} waited {limit:g} s for {what()}; the ranks "
+                                "probably run different programs (different launches or "
+                                "fences), or a rank is stuck (LEGIONPY_MPI_TIMEOUT sets the "
+                                "limit)")
+            time.sleep(nap)
+            nap = min(nap * 2, 1e-3)
+
+    def recv_obj(self, comm: Any, source: int, tag: int, what: Callable[[], str]) -> Any:
+        """A pickled message, polled (Iprobe) so it times out instead of hanging."""
+        t0 = time.perf_counter()
+        nap = 1e-5
+        while not comm.Iprobe(source=source, tag=tag):
+            if self.failure is not None:
+                raise TaskError(self.failure)
+            if time.perf_counter() - t0 > self.timeout:
+                raise TaskError(f"rank {self.rank} waited {self.timeout:g} s for {what()}; the "
+                                "ranks probably run different programs, or a rank is stuck")
+            time.sleep(nap)
+            nap = min(nap * 2, 1e-3)
+        return comm.recv(source=source, tag=tag)
+
+    # -- futures -------------------------------------------------------------------------
+    def fetch(self, ops: list, timeout: float | None = None) -> None:
+        """Get the results of ghost ``ops`` from their owning ranks (one request
+        per rank); store them in ``op.result`` and clear ``op.remote``."""
+        by_rank: dict[int, list] = {}
+        for op in ops:
+            if op.remote:
+                by_rank.setdefault(op.rank, []).append(op)
+        pending = []
+        for r, group in sorted(by_rank.items()):
+            with self._svc_lock:
+                self._reply = (self._reply + 1) % (self.tag_ub - REPLY_BASE)
+                tag = REPLY_BASE + self._reply
+            self.svc.send((tag, self.generation, [o.id for o in group]), dest=r, tag=REQ_TAG)
+            pending.append((r, tag, group))
+        for r, tag, group in pending:
+            answers = self.recv_obj(self.svc, r, tag, lambda r=r, g=group: (
+                f"the results of {len(g)} task(s) from rank {r} (first: {g[0].describe()})"))
+            for op, (ok, value) in zip(group, answers):
+                if not ok:
+                    raise TaskError(value)
+                op.result = value
+                op.remote = False
+
+    def _serve(self) -> None:
+        """Answer future requests whose ops finished (watchdog thread)."""
+        svc, MPI = self.svc, self.MPI
+        st = MPI.Status()
+        while svc.Iprobe(source=MPI.ANY_SOURCE, tag=REQ_TAG, status=st):
+            src = st.Get_source()
+            self._requests.append((src, *svc.recv(source=src, tag=REQ_TAG)))
+        keep = []
+        upto, gen = self.next_id(), self.generation
+        for src, tag, g, ids in self._requests:
+            ops = [self._lookup(i) if g == gen else None for i in ids]
+            if g > gen or any(o.state < 2 if o is not None else i >= upto and g == gen
+                              for o, i in zip(ops, ids)):
+                keep.append((src, tag, g, ids))  # not launched here yet
+                continue
+            out = []
+            for i, o in zip(ids, ops):
+                if o is None:
+                    out.append((False, f"rank {self.rank} has no task op {i} to send to rank "
+                                       f"{src}: the ranks run different programs, or the "
+                                       "Future was dropped on the rank that ran it"))
+                elif g != gen:
+                    out.append((False, f"rank {self.rank} was asked for op {i} of an earlier "
+                                       "runtime (legionpy.runtime.init): ranks diverged"))
+                elif o.state == 3:
+                    out.append((False, str(o.error)))
+                else:
+                    out.append((True, o.result))
+            try:
+                svc.send(out, dest=src, tag=tag)
+            except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result
+                svc.send([(False, f"could not send results to rank {src}: {exc}")] * len(ids),
+                         dest=src, tag=tag)
+        self._requests = keep
+
+    # -- failures ------------------------------------------------------------------------
+    def report_failure(self, text: str) -> None:
+        """This rank's task failed: print, tell every rank, abort after the grace."""
+        if self.failure is not None:
+            return
+        self.failure = text
+        print(f"[legionpy rank {self.rank}] error: {text}", file=sys.stderr, flush=True)
+        for r in range(self.size):
+            if r != self.rank:
+                self.err.isend(text, dest=r, tag=ERR_TAG)
+        self._arm()
+
+    def _arm(self) -> None:
+        if self._abort_at is None:
+            self._abort_at = time.monotonic() + self.grace
+        sched = self.sched_ref()
+        if sched is not None:
+            sched.interrupt = TaskError(self.failure)
+            with sched.lock:
+                sched.cond.notify_all()
+
+    def _watch(self) -> None:
+        err, MPI = self.err, self.MPI
+        while not self._stop:
+            try:
+                if self.failure is None and err.Iprobe(source=MPI.ANY_SOURCE, tag=ERR_TAG):
+                    text = err.recv(source=MPI.ANY_SOURCE, tag=ERR_TAG)
+                    self.failure = text
+                    print(f"[legionpy rank {self.rank}] error: {text}", file=sys.stderr,
+                          flush=True)
+                    self._arm()
+                if self._requests or self.svc.Iprobe(source=MPI.ANY_SOURCE, tag=REQ_TAG):
+                    self._serve()
+            except Exception as exc:  # noqa: BLE001 - the watchdog must not die silently
+                print(f"[legionpy rank {self.rank}] watchdog: {exc!r}", file=sys.stderr)
+            if self._abort_at is not None and time.monotonic() >= self._abort_at:
+                self._abort()
+            time.sleep(5e-4 if self._requests else 2e-3)
+
+    def _abort(self) -> None:
+        sys.stderr.flush()
+        sys.stdout.flush()
+        self.world.Abort(1)
+
+    def _at_exit(self) -> None:
+        if self.failure is not None:
+            left = (self._abort_at or 0) - time.monotonic()
+            if left > 0:
+                time.sleep(min(left, 0.5))
+            self._abort()
+        self._stop = True
+

@@ -1,0 +1,78 @@
+"""Control replication under mpirun (2 and 4 ranks, oversubscribed is fine).
+
+Each test runs one program under ``mpirun`` (start-up ~1 s, so programs
+batch several checks); ``run_mpi`` fails the test instead of hanging.
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .mpirun import REPO, run_mpi
+
+pytestmark = pytest.mark.mpi
+FAST = {"LEGIONPY_MPI_TIMEOUT": "5", "LEGIONPY_MPI_GRACE": "1"}
+
+
+@pytest.mark.parametrize("n,examples", [(2, 25), (4, 12)])
+def test_sequential_semantics_on_ranks(n, examples):
+    out = run_mpi(n, ["tests/mpi/programs/sequential.py", str(examples)], timeout=150,
+                  env={"LEGIONPY_MPI_TIMEOUT": "20"})
+    assert out.stdout.count(f"programs on {n} ranks") == n, out.stdout
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_reductions_reads_futures_calibration(n, tmp_path):
+    out = run_mpi(n, ["tests/mpi/programs/features.py"], timeout=90,
+                  env={**FAST, "LEGIONPY_CACHE": str(tmp_path)})
+    assert out.stdout.count("OK features rank") == n, out.stdout
+    assert len(list(tmp_path.glob("machine-*.json"))) == 1
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("example", ["hello_tasks.py", "partitions.py"])
+def test_examples_same_output(example, n):
+    env = dict(os.environ, LEGIONPY_CPUS=str(n), PYTHONPATH=str(REPO))
+    one = subprocess.run([sys.executable, f"examples/{example}"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=60, check=True)
+    # buffered stdout: each rank writes whole lines
+    out = run_mpi(n, [f"examples/{example}"], timeout=60, env={"PYTHONUNBUFFERED": ""})
+    want = sorted(one.stdout.splitlines() * n)
+    assert sorted(out.stdout.splitlines()) == want
+
+
+def _fails(mode, n=2, env=None, limit=30):
+    t0 = time.monotonic()
+    out = run_mpi(n, ["tests/mpi/programs/failures.py", mode], timeout=limit,
+                  env={**FAST, **(env or {})}, check=False)
+    assert out.returncode != 0, out.stdout + out.stderr
+    return out, time.monotonic() - t0
+
+
+def test_task_failure_stops_every_rank_with_the_same_message():
+    out, _ = _fails("raise")
+    msg = "compute 'boom' (op 1 point (1,) rank 1) raised ValueError: boom at 5"
+    for r in range(2):
+        assert f"[legionpy rank {r}] error: {msg}" in out.stderr, out.stderr
+    assert "got" not in out.stdout
+
+
+def test_killed_rank_ends_the_job():
+    out, took = _fails("kill")
+    assert "finished" not in out.stdout
+
+
+def test_mismatched_programs_are_reported_at_the_fence():
+    out, _ = _fails("mismatch")
+    assert out.stderr.count("RankMismatchError: MPI ranks ran different programs: "
+                            "launch #0") >= 2, out.stderr
+    assert "index boom" in out.stderr and "index other" in out.stderr
+
+
+def test_mismatch_before_a_fence_times_out_instead_of_hanging():
+    out, _ = _fails("hang", env={"LEGIONPY_MPI_TIMEOUT": "2"})
+    assert "waited 2 s" in out.stderr, out.stderr
+    assert "finished" not in out.stdout
