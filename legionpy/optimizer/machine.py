@@ -285,22 +285,84 @@ class Machine:
 
     @classmethod
     def local(cls, n_cpu_devices: int | None = None) -> Machine:
-        """The CPU devices of this process: ``n_cpu_devices`` (default: the CPUs
-        this process may use), one direct directed link per ordered pair with
-        the memcpy bandwidth measured once (cached per process)."""
-        n = int(n_cpu_devices or len(os.sched_getaffinity(0)))
-        if n < 1:
-            raise MachineError(f"n_cpu_devices must be >= 1, got {n_cpu_devices}")
-        bw, flops = _calibrate_cpu()
-        devs = [DeviceSpec(i, f"cpu{i}", "cpu", 0, flops, bw, _host_memory(),
-                           float("inf")) for i in range(n)]
-        links = []
-        for a in range(n):
-            for b in range(n):
-                if a != b:
-                    links.append(LinkSpec(len(links), f"cpu{a}", f"cpu{b}", bw, 2e-6,
-                                          f"cpu{a}->cpu{b}"))
-        return cls(devs, links, (), f"local:{n}")
+        """The real devices of this process or MPI job.
+
+        With ``n_cpu_devices`` (simulation and tests): that many CPU devices of
+        one process. Without it: exactly the runtime's devices (``LEGIONPY_CPUS``
+        / ``LEGIONPY_GPUS`` per rank, every rank of an ``mpirun`` job), nodes
+        grouped by host name, with one direct directed link per ordered pair of
+        devices whose bandwidth and latency come from the job's calibration
+        (:func:`legionpy.runtime.calibrate.describe_job`: memcpy inside a
+        process, MPI ping-pong between ranks of a host and between hosts),
+        cached per job. Under MPI this is collective: call it on every rank.
+        Device ``i`` of the machine is runtime device ``i``, and each link is
+        the runtime's link worker for that ordered pair."""
+        flops = _calibrate_cpu()[1]
+        if n_cpu_devices is not None:
+            n = int(n_cpu_devices)
+            if n < 1:
+                raise MachineError(f"n_cpu_devices must be >= 1, got {n_cpu_devices}")
+            bw = _calibrate_cpu()[0]
+            devs = [DeviceSpec(i, f"cpu{i}", "cpu", 0, flops, bw, _host_memory(), float("inf"))
+                    for i in range(n)]
+            link = {(a, b): (bw, 2e-6) for a in range(n) for b in range(n) if a != b}
+            return cls(devs, _pair_links(devs, link), (), f"local:{n}")
+
+        from ..runtime import get_runtime
+        from ..runtime.calibrate import describe_job
+        from ..runtime.mpi import cluster, launched_under_mpi
+
+        runtime_devices = get_runtime().devices
+        job = describe_job()
+        if launched_under_mpi():  # every rank must build the same machine
+            flops = cluster().coll.bcast(flops, root=0)
+        figures = job["links"]
+        hosts = job["hosts"]
+        node_of_host = {h: i for i, h in enumerate(sorted(set(hosts)))}
+        memcpy = figures["memcpy"]
+        devs = []
+        for d in runtime_devices:
+            node = node_of_host[hosts[d.rank]]
+            if d.kind == "gpu":
+                gpu = figures.get("gpu_memcpy", memcpy)
+                devs.append(DeviceSpec(d.id, f"gpu{d.id}", "gpu", node, _GPU_FLOPS,
+                                       gpu["bandwidth"], 16 * 2**30, memcpy["bandwidth"]))
+            else:
+                devs.append(DeviceSpec(d.id, f"cpu{d.id}", "cpu", node, flops,
+                                       memcpy["bandwidth"], _host_memory(), float("inf")))
+        link = {}
+        for a in runtime_devices:
+            for b in runtime_devices:
+                if a.id == b.id:
+                    continue
+                if a.rank == b.rank:
+                    f = figures.get("gpu_memcpy", memcpy) if "gpu" in (a.kind, b.kind) else memcpy
+                elif hosts[a.rank] == hosts[b.rank]:
+                    f = figures.get("intra_node", memcpy)
+                else:
+                    f = figures.get("inter_node", figures.get("intra_node", memcpy))
+                link[a.id, b.id] = (f["bandwidth"], f["latency"])
+        ranks = job["ranks"]
+        name = f"local:{len(devs)}" if ranks == 1 else f"local:{ranks}r{len(devs)}"
+        return cls(devs, _pair_links(devs, link), (), name)
+
+
+#: nominal FP32 peak for a GPU the calibration did not time (used only for
+#: the analytic cost model; measured profiles replace it)
+_GPU_FLOPS = 50e12
+
+
+def _pair_links(devs: list[DeviceSpec], figures: dict) -> list[LinkSpec]:
+    """One directed link per ordered pair ``(a, b)`` in ``figures`` ->
+    ``(bandwidth, latency)``, in row-major pair order."""
+    links = []
+    for a in devs:
+        for b in devs:
+            if (a.id, b.id) in figures:
+                bw, lat = figures[a.id, b.id]
+                links.append(LinkSpec(len(links), a.name, b.name, float(bw), float(lat),
+                                      f"{a.name}->{b.name}"))
+    return links
 
 
 @lru_cache(maxsize=1)
