@@ -4,4 +4,4 @@ A module registers its subcommand with :func:`legionpy.cli.command`; add its
 name to :data:`MODULES` (the order is the order of ``legionpy --help``).
 """
 
-MODULES = ["demo"]
+MODULES = ["demo", "simulate", "zoo"]

@@ -193,6 +193,32 @@ class Strategy(Mapping[str, ParallelConfig]):
 
     # -- constructors ------------------------------------------------------------
     @classmethod
+    def resolve(cls, spec, graph, machine) -> Strategy:
+        """A strategy from what a user typed: a Strategy (validated), a name in
+        :data:`NAMED` (``data``, ``model``, ``owt``, ``expert``) or a JSON path.
+        ``search`` is not resolved here (it needs the search package)."""
+        if isinstance(spec, Strategy):
+            strategy = spec
+        elif isinstance(spec, str) and spec in NAMED:
+            strategy = getattr(cls, NAMED[spec])(graph, machine)
+        elif isinstance(spec, (str, os.PathLike)) and os.path.exists(spec):
+            strategy = cls.load(os.fspath(spec), graph)
+        else:
+            raise StrategyError(
+                f"strategy {spec!r} is neither a Strategy, one of {sorted(NAMED)} "
+                f"(or 'search'), nor an existing JSON file")
+        strategy.validate(graph, machine)
+        return strategy
+
+    @classmethod
+    def expert(cls, graph, machine) -> Strategy:
+        """The expert baseline of the paper: ``rnn_expert`` for graphs with
+        recurrent cells, ``owt`` (one weird trick) otherwise."""
+        if any(op.kind == "lstm" for op in graph.ops):
+            return cls.rnn_expert(graph, machine)
+        return cls.owt(graph, machine)
+
+    @classmethod
     def data_parallel(cls, graph, machine, num_devices: int | None = None) -> Strategy:
         """Split every op's sample dim over the first ``num_devices`` devices (by
         the largest degree that divides the batch). Ops whose sample dim cannot
@@ -261,3 +287,7 @@ def _split_first(op, labels, devs) -> ParallelConfig:
                 k = largest_divisor(op.output_shape[d], len(devs))
                 return ParallelConfig.along(nd, d, k, devs)
     return ParallelConfig.single(nd, devs[0])
+
+
+#: strategy names a user can type -> Strategy constructor
+NAMED = {"data": "data_parallel", "model": "model_parallel", "owt": "owt", "expert": "expert"}

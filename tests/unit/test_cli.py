@@ -37,3 +37,41 @@ def test_bad_input_is_a_clear_error(capsys):
     assert main(["demo", "--rows", "2", "--degrees", "3x1"]) == 2
     err = capsys.readouterr().err
     assert "legionpy demo: error:" in err and "degree 3" in err
+
+
+def test_models_lists_the_zoo_with_published_counts(capsys):
+    assert main(["models", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)["models"]}
+    assert {"lenet", "alexnet", "vgg16", "inception_v3", "resnet101", "rnntc", "rnnlm",
+            "nmt"} <= set(rows)
+    assert rows["alexnet"]["parameters"] == 61_100_840
+    assert rows["vgg16"]["parameters"] == 138_357_544
+
+
+def test_machines_lists_presets_and_local(capsys):
+    assert main(["machines", "--json"]) == 0
+    specs = {r["spec"] for r in json.loads(capsys.readouterr().out)["machines"]}
+    assert {"p100:NODESxGPUS", "k80:NODESxGPUS", "dgx1", "h100:NODESxGPUS", "local"} <= specs
+
+
+def test_simulate_json_and_files(tmp_path, capsys):
+    trace, graph = tmp_path / "sim.json", tmp_path / "tg.json"
+    assert main(["simulate", "lenet", "--machine", "p100:1x4", "--strategy", "data",
+                 "--json", "--trace", str(trace), "--taskgraph", str(graph)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["iteration_time_s"] > 0 and out["bytes_moved"] > 0
+    assert len(out["per_device_busy_s"]) == 4
+    tg = json.loads(graph.read_text())
+    kinds = {t["kind"] for t in tg["tasks"]}
+    assert {"compute", "copy", "update"} <= kinds
+    ids = {t["id"] for t in tg["tasks"]}
+    assert all(a in ids and b in ids for a, b in tg["deps"])
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert sum(e["ph"] == "X" for e in events) == len(tg["tasks"])
+
+
+def test_simulate_unknown_model_or_strategy_names_it(capsys):
+    assert main(["simulate", "lenet5", "--machine", "p100:1x2"]) == 2
+    assert "unknown model 'lenet5'" in capsys.readouterr().err
+    assert main(["simulate", "lenet", "--machine", "p100:1x2", "--strategy", "fast"]) == 2
+    assert "strategy 'fast'" in capsys.readouterr().err
