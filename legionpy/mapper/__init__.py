@@ -8,5 +8,6 @@ from __future__ import annotations
 
 from .base import Mapper, MapperTask, Mapping, TaskOptions
 from .default import DefaultMapper, RandomMapper
+from .strategy import StrategyMapper, weight_tiles  # noqa: F401
 
 __all__ = ["Mapper", "MapperTask", "Mapping", "TaskOptions", "DefaultMapper", "RandomMapper"]

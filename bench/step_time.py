@@ -1,0 +1,139 @@
+"""One training step through the full runtime path vs PyTorch CPU.
+
+Models: the AlexNet-like CNN of ``bench/kernels.py`` (3x64x64, batch 32:
+five convs with relu, three 2x2 max pools, three dense layers; its CONVS and
+DENSES tables are reused, not copied) and a 2-layer MLP (1024 -> 2048 relu ->
+10, batch 32). Ours: ``lp.nn.Model`` compiled with the data strategy on ONE
+device, one ``fit`` step (F, B and U tasks, lazy gradient fills, reduction
+buffers) plus a fence. PyTorch: forward, cross-entropy, backward and an SGD
+step with the same shapes. Both run with ``--threads`` BLAS/torch threads.
+
+    python bench/step_time.py [--threads 1] [--repeat 3] [--skip-cnn]
+
+Prints milliseconds per step and the ratio ours / torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernels as KB  # noqa: E402  (the CNN's shapes live there)
+
+import legionpy as lp  # noqa: E402
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    torch = None
+
+MLP = (1024, 2048, 10)
+
+
+def build_cnn(m):
+    c0, h0, w0 = KB.CONVS[0][1]
+    t = m.input((c0, h0, w0), name="image")
+    for name, _, cout, k, p, pool in KB.CONVS:
+        t = m.conv2d(t, cout, k, padding=p, activation="relu", name=name)
+        if pool:
+            t = m.pool2d(t, 2, name=f"pool_{name}")
+    t = m.flat(t, name="flat")
+    for name, _, units, act in KB.DENSES:
+        t = m.dense(t, units, activation=act, name=name)
+    return m.softmax(t, name="softmax")
+
+
+def build_mlp(m):
+    t = m.input((MLP[0],), name="x")
+    t = m.dense(t, MLP[1], activation="relu", name="fc1")
+    return m.softmax(m.dense(t, MLP[2], name="fc2"), name="softmax")
+
+
+def ours(build, x, y, repeat: int) -> float:
+    lp.init(cpus=1, executor="serial")
+    try:
+        m = lp.nn.Model(batch_size=KB.BATCH)
+        build(m)
+        m.compile(optimizer=lp.nn.SGD(lr=0.01, momentum=0.9), strategy="data")
+        best = float("inf")
+        for _ in range(repeat + 1):
+            t0 = time.perf_counter()
+            m.fit(x, y, verbose=0, shuffle=False)
+            lp.fence()
+            best = min(best, time.perf_counter() - t0)
+        return best * 1e3
+    finally:
+        lp.runtime.shutdown()
+
+
+def theirs(build, x, y, repeat: int) -> float | None:
+    if torch is None:
+        return None
+    m = lp.nn.Model(batch_size=KB.BATCH)
+    build(m)
+    params, xt, yt = {}, torch.tensor(x), torch.tensor(y)
+    for n, p in m.graph.parameters().items():
+        params[n] = torch.zeros(p.shape, requires_grad=True)
+        torch.nn.init.normal_(params[n], std=0.01)
+    opt = torch.optim.SGD(params.values(), lr=0.01, momentum=0.9)
+
+    def step():
+        v = {}
+        for op in m.graph.ops:
+            a = v[op.inputs[0].op.name] if op.inputs else xt
+            w = {k: params[p.name] for k, p in op.params.items()}
+            if op.kind == "conv2d":
+                a = torch.relu(F.conv2d(a, w["weight"], w["bias"], padding=op.attrs["padding"]))
+            elif op.kind == "pool2d":
+                a = F.max_pool2d(a, 2)
+            elif op.kind == "flat":
+                a = a.flatten(1)
+            elif op.kind == "dense":
+                a = a @ w["weight"] + w["bias"]
+                a = torch.relu(a) if op.attrs["activation"] == "relu" else a
+            v[op.name] = a
+        loss = F.cross_entropy(v[m.graph.ops[-2].name], yt)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    best = float("inf")
+    for _ in range(repeat + 1):
+        t0 = time.perf_counter()
+        step()
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--skip-cnn", action="store_true")
+    args = ap.parse_args()
+    if torch is not None:
+        torch.set_num_threads(args.threads)
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 10, KB.BATCH)
+    cases = [("mlp 1024-2048-10", build_mlp, (KB.BATCH, MLP[0]))]
+    if not args.skip_cnn:
+        cases.insert(0, ("alexnet-like 3x64x64", build_cnn, (KB.BATCH,) + KB.CONVS[0][1]))
+    print(f"one training step, batch {KB.BATCH}, {args.threads} thread(s), best of "
+          f"{args.repeat}")
+    with threadpool_limits(args.threads):
+        for name, build, shape in cases:
+            x = rng.standard_normal(shape).astype(np.float32)
+            a = ours(build, x, y, args.repeat)
+            b = theirs(build, x, y, args.repeat)
+            KB.row(name, a, b)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""StrategyMapper: every point of an operator's launches runs where the
+strategy says (DESIGN.md section 2).
+
+The layer API (``legionpy.nn``) tags each index launch with
+``LaunchOptions(tag=(name, phase, model_id))``: ``phase`` is ``"F"`` or
+``"B"`` for the forward/backward tiles of operator ``name`` and ``"U"`` for
+the updates of parameter ``name``. :meth:`StrategyMapper.add` registers a
+(graph, strategy) under a model id; from it the mapper knows, per tag, the
+device of every point:
+
+- F and B of op ``o``: point ``k`` (row-major in the degree grid) ->
+  ``strategy[o].devices[k]``;
+- U of parameter ``p``: point ``t`` (the ``t``-th distinct weight tile, in
+  first-use order over (op order, k)) -> the tile's home, the device of its
+  first use (:func:`weight_tiles`, the same rule as the optimizer's
+  task-graph builder).
+
+Launches without such a tag (user tasks) fall back to the DefaultMapper's
+policy. Every answer is a pure function of the tag, the point and the
+registered strategies, so MPI ranks agree without talking.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import MappingError, StrategyError
+from ..geometry import Rect
+from ..runtime.devices import Device
+from .base import MapperTask
+from .default import DefaultMapper
+
+__all__ = ["StrategyMapper", "weight_tiles"]
+
+
+def weight_tiles(graph: Any, strategy: Any) -> dict[str, list[tuple[Rect, int]]]:
+    """``{parameter name: [(weight rect, home device), ...]}``: the distinct
+    weight tiles of every parameter in first-use order over (op order, tile k);
+    a tile's home is the device of its first use. Partially overlapping tiles
+    of one parameter (shared parameters under different configs) raise."""
+    out: dict[str, dict[Rect, int]] = {}
+    for op in graph.ops:
+        if not op.params:
+            continue
+        cfg = strategy[op.name]
+        for k, tile in enumerate(op.output_rect.split(cfg.degrees)):
+            for pname, p in op.params.items():
+                out.setdefault(p.name, {}).setdefault(op.weight_rect(pname, tile),
+                                                      cfg.devices[k])
+    for name, tiles in out.items():
+        rects = list(tiles)
+        for i, a in enumerate(rects):
+            for b in rects[i + 1:]:
+                if (a & b).volume:
+                    raise StrategyError(
+                        f"parameter {name!r} has overlapping weight tiles {a} and {b} (ops "
+                        "sharing it have different configs); give its users the same split")
+    return {name: list(tiles.items()) for name, tiles in out.items()}
+
+
+class StrategyMapper(DefaultMapper):
+    """Places the tiles of registered models per their strategies."""
+
+    def __init__(self) -> None:
+        self.table: dict[tuple, tuple[int, ...]] = {}
+        self.strategies: dict[Any, Any] = {}
+
+    def add(self, model_id: Any, graph: Any, strategy: Any) -> None:
+        """Register (or replace) the strategy of model ``model_id``."""
+        self.table = {k: v for k, v in self.table.items() if k[2] != model_id}
+        self.strategies[model_id] = (graph, strategy)
+        for op in graph.ops:
+            devs = tuple(strategy[op.name].devices)
+            self.table[(op.name, "F", model_id)] = devs
+            self.table[(op.name, "B", model_id)] = devs
+        for pname, tiles in weight_tiles(graph, strategy).items():
+            self.table[(pname, "U", model_id)] = tuple(home for _, home in tiles)
+
+    def select_parallel_config(self, op: Any, graph: Any, machine: Any) -> Any:
+        for g, s in self.strategies.values():
+            if g is graph:
+                return s[op.name]
+        return super().select_parallel_config(op, graph, machine)
+
+    def devices_of(self, tag: Any) -> tuple[int, ...] | None:
+        if isinstance(tag, tuple) and len(tag) == 3:
+            return self.table.get(tag)
+        return None
+
+    def slice_task(self, task: MapperTask, domain: list[tuple]) -> list[tuple[tuple, Device]]:
+        devs = self.devices_of(task.tag)
+        if devs is None:
+            return super().slice_task(task, domain)
+        if len(devs) != len(domain):
+            raise MappingError(f"launch {task.name!r} has {len(domain)} points but its "
+                               f"strategy places {len(devs)} tiles")
+        n = len(self.devices)
+        out = []
+        for p, d in zip(domain, devs):
+            if not 0 <= d < n:
+                what = "parameter" if task.tag[1] == "U" else "op"
+                raise MappingError(
+                    f"{what} {task.tag[0]!r}: its strategy places a tile on device {d}, but "
+                    f"the runtime has {n} device(s) (0..{n - 1}); start it with "
+                    f"lp.init(cpus={d + 1}) or use a strategy for this machine")
+            out.append((p, self.devices[d]))
+        return out

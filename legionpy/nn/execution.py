@@ -1,0 +1,259 @@
+"""Execution of a compiled model: regions, partitions and index launches,
+exactly as DESIGN.md section 2 describes the iteration task graph.
+
+Regions (created once, at compile):
+
+- one per operator output tensor, fields ``val`` and ``grad`` (input
+  operators: ``val`` only);
+- one per parameter, fields ``w``, ``g`` and the optimizer's state fields
+  (``m``, ``v``).
+
+Partitions, for operator ``o`` with config ``c`` (tile ``k`` = color ``k`` of
+the row-major degree grid, on ``c.devices[k]``):
+
+- output: ``Partition.equal(region(o), c.degrees)``;
+- input ``i`` from producer ``p``: ``Partition.by_rects(region(p),
+  {color_k: op.input_rect(i, tile_k)})`` (aliased, halos included; a view's
+  rect is mapped to the producer's coordinates);
+- parameter ``w``: ``Partition.by_rects(region(w), {color_k:
+  op.weight_rect(w, tile_k)})`` (aliased: replicas);
+- updates: ``Partition.by_rects(region(w), {(t,): rect_t})`` over the
+  distinct weight tiles (disjoint), homes from
+  :func:`legionpy.mapper.weight_tiles`.
+
+One training step launches, in this order (every launch an index launch
+with ``LaunchOptions(name, kind, tag=(name, phase, model id))`` so the
+StrategyMapper puts point ``k`` on ``c.devices[k]`` and the trace names each
+point task by (phase, op or parameter, point index)):
+
+0. ``lp.fill(region(o), "grad", 0)`` for every non-input operator (lazy: no
+   task runs, the zeros materialise in the first reader's prologue);
+1. ``F(o)`` for every operator in graph order: ``WD(val)`` on its output
+   tile, ``R(val)`` on each input rect, ``R(w)`` on each weight rect. An
+   input operator's F writes its shard of the host batch, passed by value;
+2. ``B(o)`` for every non-input operator in reverse graph order:
+   ``R(val, grad)`` on its output tile (the last operator: ``R(val)`` and the
+   targets by value; it computes the loss, returned as the task's result
+   with the metric sums), ``R(val) + Reduce("+", grad)`` on each input rect
+   and ``R(w) + Reduce("+", g)`` on each weight rect;
+3. ``U(w)`` for every parameter in first-use order: ``RW`` on ``w``, ``g``
+   and the optimizer state over each distinct weight tile, on its home.
+
+The runtime's dependence and coherence analysis then yields the section 2
+graph: copies of producer tiles into halos and of weights from their home
+to replicas; reduction buffers (folded by the readers) for overlapping
+input gradients and for weight gradients, copied to the home before U.
+
+Per-tile state between F and B (see :mod:`legionpy.ops.execute`) is kept in
+``OpPlan.cache[k]``; F(o,k) and B(o,k) run on one device, in that order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import runtime as lr
+from ..errors import ModelError
+from ..mapper import StrategyMapper, weight_tiles
+from ..ops.execute import Tile, check_tiling, loss_gradient, tile_backward, tile_forward
+from ..regions import RW, WD, Partition, R, Reduce, Region
+from ..runtime import LaunchOptions, TaskFunction
+from .init import initial_value
+from .losses import metric_sums
+
+__all__ = ["Executor", "OpPlan"]
+
+
+def _drop_axis(a: Any, view: tuple[int, int] | None) -> Any:
+    """The array of a view input (its fixed axis has extent 1 in the rect)."""
+    if view is None:
+        return a
+    return a[(slice(None),) * view[0] + (0,)]
+
+
+class OpPlan:
+    """Partitions, tasks and per-tile state of one operator."""
+
+    def __init__(self, ex: Executor, op: Any, cfg: Any) -> None:
+        self.op, self.cfg = op, cfg
+        check_tiling(op, cfg.degrees)
+        self.tiles = op.output_rect.split(cfg.degrees)
+        self.out = Partition.equal(ex.regions[op.name], cfg.degrees)
+        self.colors = self.out.colors
+        self.index = {c: k for k, c in enumerate(self.colors)}
+        self.ins = []
+        for i, ref in enumerate(op.inputs):
+            rects = {c: ref.to_base(op.input_rect(i, t)) for c, t in zip(self.colors, self.tiles)}
+            self.ins.append(Partition.by_rects(ex.regions[ref.op.name], rects))
+        self.pnames = list(op.params)
+        self.ws = [Partition.by_rects(ex.pregions[op.params[n].name],
+                                      {c: op.weight_rect(n, t)
+                                       for c, t in zip(self.colors, self.tiles)})
+                   for n in self.pnames]
+        self.need = [ref.op.has_backward for ref in op.inputs]
+        self.views = [ref.view for ref in op.inputs]
+        self.cache: dict[int, dict] = {}
+        self.buffers: dict = {}
+        self.is_last = op is ex.graph.ops[-1]
+        n = op.name
+        self.f_opts = LaunchOptions(f"F({n})", "compute", (n, "F", ex.model_id))
+        self.b_opts = LaunchOptions(f"B({n})", "compute", (n, "B", ex.model_id))
+        self.f_task = TaskFunction(self._forward, [WD("val")] + [R("val")] * len(op.inputs)
+                                   + [R("w")] * len(self.pnames), name=f"F({n})")
+        if op.has_backward:
+            outp = R("val") if self.is_last else R("val", "grad")
+            inp = [R("val") + Reduce("+", "grad") if nd else R("val") for nd in self.need]
+            wp = [R("w") + Reduce("+", "g")] * len(self.pnames)
+            self.b_task = TaskFunction(self._backward, [outp] + inp + wp, name=f"B({n})")
+        self.ex = ex
+
+    def args(self) -> list:
+        return [self.out, *self.ins, *self.ws]
+
+    def _tile(self, out: Any, views: tuple, k: int, fresh: bool, **kw: Any) -> Tile:
+        nin = len(self.ins)
+        xs = [_drop_axis(v.val, vw) for v, vw in zip(views[:nin], self.views)]
+        ws = {n: v.w for n, v in zip(self.pnames, views[nin:])}
+        if fresh:
+            self.cache[k] = {}
+        return Tile(self.tiles[k], xs, ws, need_dx=self.need, cache=self.cache[k],
+                    buffers=self.buffers, **kw)
+
+    def _forward(self, out: Any, *views: Any, step: int, training: bool,
+                 data: dict | None = None) -> None:
+        k = self.index[self._color(out)]
+        if data is not None:
+            out.val[...] = data[out.rect.lo[0]]
+            return
+        t = self._tile(out, views, k, True, training=training, step=step)
+        out.val[...] = tile_forward(self.op, t)
+
+    def _color(self, view: Any) -> tuple:
+        return view.region.color
+
+    def _backward(self, out: Any, *views: Any, step: int, target: Any = None) -> Any:
+        k = self.index[self._color(out)]
+        op, nin = self.op, len(self.ins)
+        t = self._tile(out, views, k, False, step=step)
+        y = out.val
+        result = None
+        if self.is_last:
+            ex = self.ex
+            tt = target[t.out.lo[0]:t.out.hi[0]] if ex.sparse else target[t.out.to_slices()]
+            loss, g, of_input = loss_gradient(ex.loss, op, t.out, y, tt, ex.batch)
+            result = {"loss": loss, **metric_sums(ex.metrics, y, tt, ex.sparse, ex.features)}
+            if of_input:
+                dxs, dws = [g], {}
+            else:
+                dxs, dws = tile_backward(op, t, y, g)
+        else:
+            dxs, dws = tile_backward(op, t, y, out.grad)
+        for i, dx in enumerate(dxs):
+            if self.need[i] and dx is not None and views[i].rect.volume:
+                _drop_axis(views[i].grad, self.views[i])[...] += dx
+        for n, v in zip(self.pnames, views[nin:]):
+            v.g[...] += dws[n]
+        del self.cache[k]
+        return result
+
+
+class Executor:
+    """Regions, plans and launches of one compiled model (see module docstring)."""
+
+    def __init__(self, graph: Any, strategy: Any, optimizer: Any, loss: str,
+                 metrics: tuple[str, ...], seed: int, model_id: int) -> None:
+        self.rt = lr.get_runtime()
+        self.graph, self.strategy, self.opt = graph, strategy, optimizer
+        self.loss, self.metrics, self.model_id = loss, metrics, model_id
+        self.batch = graph.batch_size
+        last = graph.ops[-1]
+        self.sparse = loss == "sparse_categorical_crossentropy"
+        self.features = int(np.prod(last.output_shape[1:]))
+        ndev = len(self.rt.devices)
+        for op in graph.ops:
+            for d in strategy[op.name].devices:
+                if not 0 <= d < ndev:
+                    raise ModelError(f"op {op.name!r}: the strategy places a tile on device "
+                                     f"{d}, but the runtime has {ndev} device(s) "
+                                     f"(0..{ndev - 1}); use lp.init(cpus={d + 1}) or a "
+                                     "strategy for this machine")
+        self.regions = {}
+        for op in graph.ops:
+            dt = np.dtype(op.dtype)
+            fields = {"val": dt} if op.kind == "input" else {"val": dt, "grad": dt}
+            self.regions[op.name] = Region(op.output_shape, fields, name=op.name)
+        self.params = graph.parameters()
+        self.pregions = {}
+        for name, p in self.params.items():
+            fields = {f: np.dtype(p.dtype) for f in ("w", "g", *optimizer.fields)}
+            self.pregions[name] = Region(p.shape, fields, name=name)
+            self.pregions[name].write("w", initial_value(p, seed))
+        self.plans = [OpPlan(self, op, strategy[op.name]) for op in graph.ops]
+        self.updates = []
+        u_fields = ("w", "g", *optimizer.fields)
+        for name, tiles in weight_tiles(graph, strategy).items():
+            part = Partition.by_rects(self.pregions[name], {(t,): r for t, (r, _) in
+                                                            enumerate(tiles)})
+            task = TaskFunction(self._update, [RW(*u_fields)], name=f"U({name})", kind="update")
+            self.updates.append((part, task, LaunchOptions(f"U({name})", "update",
+                                                           (name, "U", model_id))))
+        self.install_mapper()
+
+    # -- mapper ------------------------------------------------------------------------
+    def install_mapper(self) -> None:
+        rt = self.check_runtime()
+        m = rt.mapper
+        if not isinstance(m, StrategyMapper):
+            m = StrategyMapper()
+            rt.set_mapper(m)
+        if m.strategies.get(self.model_id, (None, None))[1] is not self.strategy:
+            m.add(self.model_id, self.graph, self.strategy)
+
+    def check_runtime(self) -> Any:
+        rt = lr.get_runtime()
+        if rt is not self.rt:
+            raise ModelError("the legionpy runtime was restarted (lp.init/shutdown) after "
+                             "model.compile; the model's data lived in the old one: call "
+                             "compile again (and load a checkpoint)")
+        return rt
+
+    # -- steps ---------------------------------------------------------------------------
+    def forward(self, inputs: list[dict], step: int, training: bool) -> None:
+        """Launch F of every op; ``inputs[j]`` shards of the j-th input op's batch."""
+        self.install_mapper()
+        j = 0
+        for pl in self.plans:
+            kw: dict = {"step": step, "training": training}
+            if pl.op.kind == "input":
+                kw["data"] = inputs[j]
+                j += 1
+            lr.index_launch(pl.f_task, pl.colors, *pl.args(), launch_options=pl.f_opts, **kw)
+
+    def train_step(self, inputs: list[dict], target: np.ndarray, step: int) -> Any:
+        """One iteration; returns the FutureMap of the last op's B (loss, metrics)."""
+        for pl in self.plans:
+            if pl.op.kind != "input":
+                lr.fill(self.regions[pl.op.name], "grad", 0.0)
+        self.forward(inputs, step, True)
+        fm = None
+        for pl in reversed(self.plans):
+            if not pl.op.has_backward:
+                continue
+            kw: dict = {"step": step}
+            if pl.is_last:
+                kw["target"] = target
+            f = lr.index_launch(pl.b_task, pl.colors, *pl.args(), launch_options=pl.b_opts,
+                                **kw)
+            if pl.is_last:
+                fm = f
+        for part, task, opts in self.updates:
+            lr.index_launch(task, part.colors, part, step + 1, launch_options=opts)
+        return fm
+
+    def _update(self, v: Any, step: int) -> None:
+        self.opt.update(v.w, v.g, {f: v[f] for f in self.opt.fields}, step)
+
+    def output(self) -> np.ndarray:
+        return self.regions[self.graph.ops[-1].name].read("val")

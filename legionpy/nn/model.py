@@ -1,0 +1,304 @@
+"""``Model``: the layer API (DESIGN.md section 3; FlexFlow's FFModel).
+
+Building a model only builds an operator graph (:class:`legionpy.optimizer.Graph`;
+the layer methods are the graph's, same names and signatures), so a model at
+full size allocates nothing. ``compile`` fixes the loss, metrics, optimizer
+and a parallelization strategy, creates the regions, writes the seeded
+initial parameters and installs the StrategyMapper; ``fit`` / ``evaluate`` /
+``predict`` then run steps through :class:`legionpy.nn.execution.Executor`.
+
+>>> import numpy as np, legionpy as lp
+>>> m = lp.nn.Model(batch_size=4)
+>>> y = m.softmax(m.dense(m.input((3,)), 2))
+>>> m.num_parameters()
+8
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import ModelError
+from ..optimizer import Graph, Machine
+from .data import DataLoader, shard
+from .execution import Executor
+from .losses import check_loss, check_metrics
+from .optimizers import SGD, as_optimizer
+from .strategies import resolve_strategy
+
+__all__ = ["Model", "History", "LAYERS"]
+
+LAYERS = ("input", "conv2d", "pool2d", "dense", "flat", "reshape", "relu", "sigmoid", "tanh",
+          "gelu", "batch_norm", "dropout", "concat", "add", "multiply", "softmax", "embedding",
+          "batch_matmul", "lstm", "attention")
+_ids = itertools.count()
+
+
+class History(dict):
+    """``{"loss": [per epoch], metric: [...], "samples_per_s": [...]}``; also
+    ``.history`` (Keras)."""
+
+    @property
+    def history(self) -> dict:
+        return self
+
+
+class Model:
+    """``Model(batch_size, seed=0, name="model")``; see the module docstring."""
+
+    def __init__(self, batch_size: int, seed: int = 0, name: str = "model") -> None:
+        self.graph = Graph(batch_size, name=name)
+        self.seed = int(seed)
+        self.id = next(_ids)
+        self.strategy = None
+        self._ex: Executor | None = None
+        self._step = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self.graph.batch_size
+
+    def num_parameters(self) -> int:
+        return self.graph.num_parameters()
+
+    def summary(self) -> str:
+        return self.graph.summary()
+
+    # -- compile ----------------------------------------------------------------------
+    def compile(self, optimizer: Any = None, loss: str = "sparse_categorical_crossentropy",
+                metrics: Any = (), strategy: Any = "data", machine: Any = None) -> Model:
+        """Fix optimizer, loss, metrics and strategy ("data" | "model" | "owt" |
+        "search" | Strategy | JSON path) for ``machine`` (default: this runtime's
+        devices, ``Machine.local``). Creates the regions and initial parameters."""
+        from .. import runtime as lr
+
+        if not self.graph.ops:
+            raise ModelError("compile: the model has no layers; add model.input(...) and layers")
+        last = self.graph.ops[-1]
+        self.loss = check_loss(loss, last)
+        self.metrics = check_metrics(metrics, self.loss, last)
+        self.optimizer = as_optimizer(optimizer if optimizer is not None else SGD())
+        rt = lr.get_runtime()
+        machine = machine or Machine.local(len(rt.devices))
+        self.strategy = resolve_strategy(strategy, self.graph, machine)
+        if {"accuracy", "crossentropy"} & set(self.metrics) and \
+                self.strategy[last.name].degrees[-1] > 1:
+            raise ModelError(f"metrics {self.metrics} need whole output rows but the strategy "
+                             f"splits the last dim of {last.name!r}")
+        self._ex = Executor(self.graph, self.strategy, self.optimizer, self.loss, self.metrics,
+                            self.seed, self.id)
+        self._nops = len(self.graph.ops)
+        self._step = 0
+        return self
+
+    def _exec(self, what: str) -> Executor:
+        if self._ex is None:
+            raise ModelError(f"{what} before compile: call model.compile(optimizer=..., "
+                             "loss=..., strategy=...) first")
+        if len(self.graph.ops) != self._nops:
+            raise ModelError(f"{what}: layers were added after compile; call compile again")
+        self._ex.check_runtime()
+        return self._ex
+
+    # -- data ---------------------------------------------------------------------------
+    def _inputs(self, x: Any, what: str) -> list[np.ndarray]:
+        ins = [op for op in self.graph.ops if op.kind == "input"]
+        xs = list(x) if isinstance(x, (list, tuple)) else [x]
+        if len(xs) != len(ins):
+            raise ModelError(f"{what}: the model has {len(ins)} input(s) "
+                             f"{[o.name for o in ins]} but got {len(xs)} array(s)")
+        out = []
+        for a, op in zip(xs, ins):
+            a = np.asarray(a)
+            want = op.output_shape[1:]
+            if a.ndim != len(want) + 1 or a.shape[1:] != want:
+                raise ModelError(f"{what}: input {op.name!r} takes arrays of shape (N, "
+                                 f"{', '.join(map(str, want))}), got {a.shape}; reshape the "
+                                 "data or change model.input(...)")
+            out.append(a.astype(op.dtype, copy=False))
+        n = {len(a) for a in out}
+        if len(n) != 1:
+            raise ModelError(f"{what}: input arrays have different sample counts {sorted(n)}")
+        return out
+
+    def _targets(self, y: Any, n: int, what: str) -> np.ndarray:
+        y = np.asarray(y)
+        last = self.graph.ops[-1]
+        if self.loss == "sparse_categorical_crossentropy":
+            ok = y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1)
+            y = y.reshape(-1).astype(np.int64) if ok else y
+            want = "(N,) integer class labels"
+        else:
+            ok = y.shape[1:] == last.output_shape[1:]
+            y = y.astype(last.dtype, copy=False)
+            want = f"(N, {', '.join(map(str, last.output_shape[1:]))})"
+        if not ok or len(y) != n:
+            raise ModelError(f"{what}: targets for loss {self.loss!r} must have shape {want} "
+                             f"with N = {n}, got {y.shape}")
+        return y
+
+    def _shards(self, xs: list[np.ndarray]) -> list[dict]:
+        ex = self._ex
+        return [shard(x, pl.tiles) for x, pl in
+                zip(xs, [p for p in ex.plans if p.op.kind == "input"])]
+
+    # -- training -------------------------------------------------------------------------
+    def fit(self, x: Any, y: Any, epochs: int = 1, batch_size: int | None = None,
+            verbose: int = 1, shuffle: bool = True) -> History:
+        """Train ``epochs`` passes over ``(x, y)`` in batches of the model's
+        batch size (the last partial batch is dropped). Shows a tqdm bar with
+        samples/s, loss and metrics when ``verbose``. Returns a History."""
+        ex = self._exec("fit")
+        self._check_batch(batch_size)
+        xs = self._inputs(x, "fit")
+        y = self._targets(y, len(xs[0]), "fit")
+        loader = DataLoader(xs, y, self.batch_size, shuffle, self.seed)
+        if len(loader) == 0:
+            raise ModelError(f"fit: {len(y)} samples make no batch of {self.batch_size}")
+        hist = History()
+        for epoch in range(epochs):
+            bar = None
+            if verbose:
+                from tqdm.auto import tqdm
+                bar = tqdm(total=len(loader) * self.batch_size, unit="sample",
+                           desc=f"epoch {epoch + 1}/{epochs}", leave=True)
+            sums: dict[str, float] = {}
+            t0, seen = time.perf_counter(), 0
+            for xb, yb, _ in loader:
+                fm = ex.train_step(self._shards(xb), yb, self._step)
+                self._step += 1
+                for r in fm.get():
+                    for k, v in r.items():
+                        sums[k] = sums.get(k, 0.0) + v
+                seen += 1
+                if bar is not None:
+                    bar.update(self.batch_size)
+                    post = self._means(sums, seen, t0)
+                    post.pop("samples_per_s")  # tqdm shows the rate itself
+                    bar.set_postfix(post, refresh=False)
+            means = self._means(sums, seen, t0)
+            for k, v in means.items():
+                hist.setdefault(k, []).append(v)
+            if bar is not None:
+                bar.set_postfix({k: v for k, v in means.items() if k != "samples_per_s"})
+                bar.close()
+        return hist
+
+    def _means(self, sums: dict, steps: int, t0: float) -> dict[str, float]:
+        out = {"loss": sums.get("loss", 0.0) / max(steps, 1)}
+        for m in self.metrics:
+            out[m] = sums.get(m, 0.0) / max(steps * self.batch_size, 1)
+        out["samples_per_s"] = steps * self.batch_size / max(time.perf_counter() - t0, 1e-9)
+        return out
+
+    def _check_batch(self, batch_size: int | None) -> None:
+        if batch_size is not None and int(batch_size) != self.batch_size:
+            raise ModelError(f"batch_size={batch_size} differs from the model's batch size "
+                             f"{self.batch_size} (fixed by Model(batch_size=...), which the "
+                             "strategy partitions); build the model with that batch size")
+
+    def predict(self, x: Any, batch_size: int | None = None) -> np.ndarray:
+        """Outputs of the last op for every sample of ``x`` (forward only)."""
+        ex = self._exec("predict")
+        self._check_batch(batch_size)
+        xs = self._inputs(x, "predict")
+        outs = []
+        for xb, _, real in DataLoader(xs, None, self.batch_size, pad=True):
+            ex.forward(self._shards(xb), self._step, False)
+            outs.append(ex.output()[:real])
+        return np.concatenate(outs)
+
+    def evaluate(self, x: Any, y: Any, batch_size: int | None = None,
+                 verbose: int = 0) -> dict[str, float]:
+        """``{"loss": mean loss, metric: value}`` over every sample (forward only)."""
+        from ..ops.execute import loss_gradient
+        from .losses import metric_sums
+
+        p = self.predict(x, batch_size)
+        y = self._targets(y, len(p), "evaluate")
+        last = self.graph.ops[-1]
+        sparse = self.loss == "sparse_categorical_crossentropy"
+        loss = loss_gradient(self.loss, last, last.output_rect, p, y, len(p))[0]
+        feats = int(np.prod(last.output_shape[1:]))
+        out = {"loss": loss}
+        for k, v in metric_sums(self.metrics, p, y, sparse, feats).items():
+            out[k] = v / len(p)
+        if verbose:
+            print(" - ".join(f"{k}: {v:.4f}" for k, v in out.items()))
+        return out
+
+    # -- parameters and checkpoints ---------------------------------------------------------
+    def parameters(self) -> dict[str, np.ndarray]:
+        """``{name: array}`` of every parameter, gathered with Region.read."""
+        ex = self._exec("parameters()")
+        return {n: r.read("w") for n, r in ex.pregions.items()}
+
+    def _buffers(self) -> dict[str, np.ndarray]:
+        out = {}
+        for pl in self._ex.plans:
+            for k, v in pl.buffers.items():
+                out[f"{pl.op.name}.{k}"] = v.copy()
+        return out
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write parameters (and batch-norm running statistics) to ``path``
+        (.npz) atomically: a crash mid-save leaves the previous file intact."""
+        arrays = {**self.parameters(), **self._buffers()}
+        path = os.fspath(path)
+        d = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".ckpt-", suffix=".npz")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, **arrays)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def load(self, path: str | os.PathLike) -> None:
+        """Read parameters saved by :meth:`save` into the model's regions."""
+        ex = self._exec("load")
+        with np.load(os.fspath(path)) as z:
+            missing = [n for n in ex.pregions if n not in z]
+            if missing:
+                raise ModelError(f"checkpoint {os.fspath(path)!r} lacks parameters {missing}")
+            for n, r in ex.pregions.items():
+                if z[n].shape != r.shape:
+                    raise ModelError(f"checkpoint {os.fspath(path)!r}: parameter {n!r} has "
+                                     f"shape {z[n].shape}, the model's is {r.shape}")
+                r.write("w", z[n].astype(r.fields["w"]))
+            for pl in ex.plans:
+                for k in list(pl.buffers) or self._buffer_names(pl):
+                    key = f"{pl.op.name}.{k}"
+                    if key in z:
+                        pl.buffers[k] = z[key].copy()
+
+    @staticmethod
+    def _buffer_names(pl: Any) -> tuple[str, ...]:
+        return ("running_mean", "running_var") if pl.op.kind == "batch_norm" else ()
+
+
+def _delegate(name: str):
+    meth = getattr(Graph, name)
+
+    @functools.wraps(meth)
+    def layer(self: Model, *args: Any, **kwargs: Any) -> Any:
+        if self._ex is not None:
+            self._nops = -1  # force a new compile
+        return meth(self.graph, *args, **kwargs)
+
+    return layer
+
+
+for _name in LAYERS:
+    setattr(Model, _name, _delegate(_name))
