@@ -3,13 +3,18 @@
 Prints microseconds per task for single launches and index launches of 1000
 points, independent and chained, on the serial and threaded executors, and
 Dask's synchronous and threaded schedulers, with the ratio legionpy / Dask
-synchronous. Run: ``python bench/task_overhead.py [--tasks 10000] [--cpus 2]``.
+synchronous. Then the region-launch scaling case: index launches of a task
+with R / RW / WD / Reduce privileges over an equal partition of 10, 100, 1000
+and 4000 tiles, in microseconds per point (should not grow with the tile count).
+Run: ``python bench/task_overhead.py [--tasks 10000] [--cpus 2] [--tiles 10,100,1000,4000]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+
+import numpy as np
 
 import legionpy as lp
 import legionpy.runtime as lr
@@ -61,6 +66,33 @@ def bench_legion(executor: str, n: int, cpus: int) -> dict[str, float]:
     return out
 
 
+def bench_region_launch(executor: str, tiles: int, cpus: int, points: int = 4000) -> float:
+    """Microseconds per point of index launches over a ``tiles``-tile equal
+    partition, each point holding R(x) + RW(y) + WD(z) + Reduce(+, w) on its
+    tile; blocks of launches end in a fence (which resets the analysis)."""
+    lr.init(cpus=cpus, executor=executor)
+    A = lp.Region((4 * tiles, 8), {f: np.float64 for f in "xyzw"}, name="A")
+    P = lp.Partition.equal(A, (tiles, 1))
+    t = lp.task(noop, name="step", privileges=[lp.R("x") + lp.RW("y") + lp.WD("z")
+                                               + lp.Reduce("+", "w")])
+    per_block = max(2, min(10, 4000 // tiles))
+    blocks = max(1, points // (per_block * tiles))
+
+    def run() -> float:
+        lp.fence()
+        t0 = time.perf_counter()
+        for _ in range(blocks):
+            for _ in range(per_block):
+                lp.index_launch(t, P.colors, P)
+            lp.fence()
+        return (time.perf_counter() - t0) / (blocks * per_block * tiles) * 1e6
+
+    run()  # warm up
+    best = min(run() for _ in range(3))
+    lr.shutdown()
+    return best
+
+
 def bench_dask(n: int, workers: int) -> dict[str, float]:
     import dask
     import dask.threaded
@@ -88,7 +120,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=10_000)
     ap.add_argument("--cpus", type=int, default=2)
+    ap.add_argument("--tiles", default="10,100,1000,4000",
+                    help="tile counts of the region-launch scaling case ('' to skip)")
+    ap.add_argument("--only-regions", action="store_true", help="skip the no-op cases")
     a = ap.parse_args()
+    tiles = [int(x) for x in a.tiles.split(",") if x]
+    if a.only_regions:
+        _print_regions(tiles, a.cpus)
+        return
     dask_res = bench_dask(a.tasks, a.cpus)
     print(f"{a.tasks} no-op tasks, {a.cpus} devices / workers (us per task)")
     for k, v in dask_res.items():
@@ -97,6 +136,17 @@ def main() -> None:
         for k, v in bench_legion(ex, a.tasks, a.cpus).items():
             ref = dask_res["dask sync chained" if "chained" in k else "dask sync independent"]
             print(f"  legionpy {ex:7s} {k:28s} {v:8.2f}   x{v / ref:.2f} of dask sync")
+    _print_regions(tiles, a.cpus)
+
+
+def _print_regions(tiles: list[int], cpus: int) -> None:
+    if not tiles:
+        return
+    print("index launch with R/RW/WD/Reduce region arguments (us per point)")
+    for ex in ("serial", "threads"):
+        for n in tiles:
+            v = bench_region_launch(ex, n, cpus)
+            print(f"  legionpy {ex:7s} {n:5d} tiles {v:28.2f}")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,15 @@ how many iterations run. A field that is only ever read keeps all its readers
 (a later writer must wait for each); :meth:`DependenceAnalyzer.retire` drops
 operations that have finished, as Legion filters completed users.
 
+Indexing. Scanning every current user of a (region, field) makes one point of
+an index launch over an n-tile partition O(n), so the launch O(n^2). The users
+of each (root, field) are therefore split by privilege class (readers,
+writers, reductions per op) so that a query only visits classes it can
+conflict with, and each class is kept in a :class:`RectIndex` (a multi-level
+grid, see there) that returns only the users whose rect overlaps the query.
+A tile's query then inspects a bounded number of candidates whatever the
+partition size; :attr:`DependenceAnalyzer.comparisons` counts the rect tests.
+
 >>> import numpy as np
 >>> from legionpy.regions import Region, Partition, R, RW, WD, RegionRequirement as Req
 >>> A = Region((8,), {"x": np.float32})
@@ -62,13 +71,17 @@ operations that have finished, as Legion filters completed users.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import product
+from typing import Any
 
 from ..geometry import Rect
-from .requirement import RegionRequirement, conflicts, interferes
+from .requirement import RegionRequirement, interferes
 
-__all__ = ["DependenceAnalyzer", "ops_conflict", "conflicting_pairs", "check_dependences"]
+__all__ = [
+    "DependenceAnalyzer", "RectIndex", "ops_conflict", "conflicting_pairs", "check_dependences",
+]
 
 # A user whose uncovered remainder fragments into more pieces than this keeps
 # its previous (larger) remainder: less pruning, never a wrong answer.
@@ -77,6 +90,160 @@ _MAX_PIECES = 64
 Program = Sequence[tuple[int, Sequence[RegionRequirement]]]
 
 
+# -- spatial index --------------------------------------------------------------------
+class _Level:
+    """The rects of one size class: per dim ``d`` an extent of at most
+    ``1 << shifts[d]``, bucketed by the grid cell ``lo[d] >> shifts[d]`` of
+    their low corner (so each spans at most two cells per dim)."""
+
+    __slots__ = ("shifts", "cells", "n", "cmin", "cmax", "ext")
+
+    def __init__(self, shifts: tuple[int, ...]) -> None:
+        self.shifts = shifts
+        self.cells: dict[tuple[int, ...], dict[Any, Any]] = {}
+        self.n = 0
+        nd = len(shifts)
+        self.cmin = [0] * nd  # bounds of the occupied cells and largest extent per dim,
+        self.cmax = [0] * nd  # grown on add and never shrunk (a conservative query window)
+        self.ext = [0] * nd
+
+
+class RectIndex:
+    """Items that each carry a rect, found by rect overlap without a full scan.
+
+    A multi-level grid (a "loose" hierarchical grid): an item whose rect has
+    extent ``e[d]`` in dim ``d`` goes to the level with cell size
+    ``2**ceil(log2 e[d])`` per dim, in the bucket of the cell of its low
+    corner. A query visits, per occupied level, only the cells that can hold
+    an overlapping item (or every occupied bucket of that level, when there
+    are fewer of them), then tests each candidate's rect exactly. Equal tiles
+    of a partition all share one level, and a tile's query there looks at the
+    few cells around it, so the work per query does not grow with the number
+    of tiles. Items are keyed (any hashable, unique per index) so that they
+    can be removed, and each must carry the rect it was added with as
+    ``item.rect``. Empty rects are kept aside: they overlap nothing.
+    ``tests`` counts the exact rect tests done by queries (a cost measure).
+    """
+
+    __slots__ = ("_levels", "_where", "_empty", "size", "tests")
+
+    def __init__(self) -> None:
+        self._levels: dict[tuple[int, ...], _Level] = {}
+        self._where: dict[Any, tuple[_Level, tuple[int, ...]]] = {}
+        self._empty: dict[Any, Any] = {}
+        self.size = 0
+        self.tests = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def add(self, rect: Rect, key: Any, item: Any) -> None:
+        """Insert ``item`` (whose rect is ``rect``) under a new ``key``."""
+        self.size += 1
+        shifts = []
+        for l, h in zip(rect.lo, rect.hi):
+            if h <= l:
+                self._empty[key] = item
+                return
+            shifts.append((h - l - 1).bit_length())
+        tshifts = tuple(shifts)
+        lo = rect.lo
+        cell = tuple([x >> s for x, s in zip(lo, shifts)])
+        lev = self._levels.get(tshifts)
+        if lev is None:
+            lev = self._levels[tshifts] = _Level(tshifts)
+            lev.cmin[:] = cell
+            lev.cmax[:] = cell
+        lev.n += 1
+        cmin, cmax, ext = lev.cmin, lev.cmax, lev.ext
+        for d, (c, l, h) in enumerate(zip(cell, lo, rect.hi)):
+            if c < cmin[d]:
+                cmin[d] = c
+            elif c > cmax[d]:
+                cmax[d] = c
+            if h - l > ext[d]:
+                ext[d] = h - l
+        b = lev.cells.get(cell)
+        if b is None:
+            lev.cells[cell] = {key: item}
+        else:
+            b[key] = item
+        self._where[key] = (lev, cell)
+
+    def remove(self, key: Any) -> None:
+        """Remove the item stored under ``key`` (KeyError if absent)."""
+        where = self._where.pop(key, None)
+        if where is None:
+            del self._empty[key]
+        else:
+            lev, cell = where
+            b = lev.cells[cell]
+            del b[key]
+            if not b:
+                del lev.cells[cell]
+            lev.n -= 1
+            if not lev.n:
+                del self._levels[lev.shifts]
+        self.size -= 1
+
+    def query(self, rect: Rect) -> list[tuple[Any, Any]]:
+        """``(key, item)`` of every item whose rect overlaps ``rect``."""
+        out: list[tuple[Any, Any]] = []
+        qlo, qhi = rect.lo, rect.hi
+        for a, b in zip(qlo, qhi):
+            if b <= a:
+                return out  # an empty rect overlaps nothing
+        tests = 0
+        for lev in self._levels.values():
+            ranges = []
+            ncells = 1
+            for s, a, b, c0min, c1max, e in zip(lev.shifts, qlo, qhi, lev.cmin, lev.cmax,
+                                                lev.ext):
+                c0 = (a - e + 1) >> s
+                if c0 < c0min:
+                    c0 = c0min
+                c1 = (b - 1) >> s
+                if c1 > c1max:
+                    c1 = c1max
+                if c1 < c0:
+                    ncells = 0
+                    break
+                ranges.append(range(c0, c1 + 1))
+                ncells *= c1 - c0 + 1
+            if not ncells:
+                continue
+            cells = lev.cells
+            if ncells >= len(cells):
+                buckets: Iterable = cells.values()
+            elif len(ranges) == 1:
+                get = cells.get
+                buckets = [get((c,)) for c in ranges[0]]
+            else:
+                get = cells.get
+                buckets = [get(c) for c in product(*ranges)]
+            for bucket in buckets:
+                if not bucket:
+                    continue
+                tests += len(bucket)
+                for key, item in bucket.items():
+                    r = item.rect
+                    for lo, hi, a, b in zip(r.lo, r.hi, qlo, qhi):
+                        if lo >= b or a >= hi:
+                            break
+                    else:
+                        out.append((key, item))
+        self.tests += tests
+        return out
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        """Every ``(key, item)``, empty rects included (no particular order)."""
+        for lev in self._levels.values():
+            for bucket in lev.cells.values():
+                yield from bucket.items()
+        yield from self._empty.items()
+
+
+# -- the analyzer -----------------------------------------------------------------------
 @dataclass(slots=True)
 class _User:
     op: int
@@ -84,6 +251,7 @@ class _User:
     redop: str | None
     rect: Rect
     left: list[Rect]
+    seq: int = 0  # insertion order (the key in its RectIndex)
 
 
 class DependenceAnalyzer:
@@ -94,64 +262,130 @@ class DependenceAnalyzer:
     """
 
     def __init__(self) -> None:
-        self._users: dict[tuple[int, str], list[_User]] = {}
+        # (root uid, field) -> privilege class -> RectIndex of _User
+        self._users: dict[tuple[int, str], dict[Any, RectIndex]] = {}
+        self._seq = 0
+        self._tests = 0  # rect tests done by indexes that were dropped since
+
+    @property
+    def comparisons(self) -> int:
+        """Rect overlap tests done so far (a debug counter of the analysis cost)."""
+        return self._tests + sum(ix.tests for cl in self._users.values() for ix in cl.values())
 
     def analyze(self, op_id: int, requirements: Iterable[RegionRequirement]) -> list[int]:
         """Register op ``op_id`` and return the sorted earlier op ids it must
         wait for (true, anti and output dependences, minus ones implied
         transitively through pruned users)."""
-        reqs = list(requirements)
+        items = []
+        for req in requirements:
+            rect = req.rect
+            for l, h in zip(rect.lo, rect.hi):
+                if h <= l:
+                    break
+            else:
+                priv = req.privilege
+                items.append((rect, priv.mode, priv.redop, req.root.uid, req.fields))
         deps: set[int] = set()
-        for req in reqs:
-            rect, mode, redop = req.rect, req.privilege.mode, req.privilege.redop
-            if rect.empty:
-                continue
-            for f in req.fields:
-                for u in self._users.get((req.root.uid, f), ()):
-                    if (
-                        u.op != op_id
-                        and u.op not in deps
-                        and conflicts(u.mode, u.redop, mode, redop)
-                        and u.rect.overlaps(rect)
-                    ):
+        users = self._users
+        # a writer's pass-1 hits are exactly what its pruning needs, as long as
+        # no earlier requirement of this op changed that (root, field) meanwhile
+        hits_of: dict[tuple[int, Any], list] = {}
+        for i, (rect, mode, redop, uid, fields) in enumerate(items):
+            # the one class this user cannot conflict with (readers; same-op reductions)
+            same = "r" if mode == "read" else ("reduce", redop) if mode == "reduce" else None
+            for f in fields:
+                classes = users.get((uid, f))
+                if not classes:
+                    continue
+                found = []
+                for k, ix in classes.items():
+                    if k == same:
+                        continue
+                    hits = ix.query(rect)
+                    for _, u in hits:
                         deps.add(u.op)
-        for req in reqs:
-            rect, mode = req.rect, req.privilege.mode
-            if rect.empty:
-                continue
-            for f in req.fields:
-                users = self._users.setdefault((req.root.uid, f), [])
-                if mode in ("read_write", "write_discard"):
-                    users[:] = [u for u in users if _uncover(u, rect)]
-                users.append(_User(op_id, mode, req.privilege.redop, rect, [rect]))
+                    found.append((k, ix, hits))
+                if same is None:
+                    hits_of[i, f] = found
+        deps.discard(op_id)
+        changed: set[tuple[int, str]] = set()
+        for i, (rect, mode, redop, uid, fields) in enumerate(items):
+            writes = mode == "read_write" or mode == "write_discard"
+            klass = "r" if mode == "read" else "w" if writes else ("reduce", redop)
+            for f in fields:
+                key = (uid, f)
+                classes = users.get(key)
+                if classes is None:
+                    classes = users[key] = {}
+                elif writes:
+                    found = hits_of.get((i, f)) if key not in changed else None
+                    if found is None:
+                        found = [(k, ix, ix.query(rect)) for k, ix in classes.items()]
+                    self._prune(classes, rect, found)
+                changed.add(key)
+                ix = classes.get(klass)
+                if ix is None:
+                    ix = classes[klass] = RectIndex()
+                self._seq = seq = self._seq + 1
+                ix.add(rect, seq, _User(op_id, mode, redop, rect, [rect], seq))
         return sorted(deps)
+
+    def _prune(self, classes: dict[Any, RectIndex], written: Rect, found: list) -> None:
+        """Subtract ``written`` from the remainders of the users it overlaps
+        (``found``: ``(class, index, hits)``); drop those with nothing left
+        (see the module docstring)."""
+        wlo, whi = written.lo, written.hi
+        for k, ix, hits in found:
+            for key, u in hits:
+                left = u.left
+                if len(left) == 1:  # common case: a whole remainder overwritten
+                    r = left[0]
+                    for a, b, c, d in zip(wlo, whi, r.lo, r.hi):
+                        if a > c or b < d:
+                            break
+                    else:
+                        ix.remove(key)
+                        continue
+                if not _uncover(u, written):
+                    ix.remove(key)
+            if not ix.size:
+                self._tests += ix.tests
+                del classes[k]
 
     def retire(self, op_ids: Iterable[int]) -> int:
         """Forget operations that have *finished running*: nothing later needs
         to wait for them. Returns how many user entries were dropped."""
         done = set(op_ids)
         dropped = 0
-        for key, users in list(self._users.items()):
-            kept = [u for u in users if u.op not in done]
-            dropped += len(users) - len(kept)
-            if kept:
-                self._users[key] = kept
-            else:
+        for key, classes in list(self._users.items()):
+            for k, ix in list(classes.items()):
+                gone = [(kk, u) for kk, u in ix.items() if u.op in done]
+                for kk, _u in gone:
+                    ix.remove(kk)
+                dropped += len(gone)
+                if not ix.size:
+                    self._tests += ix.tests
+                    del classes[k]
+            if not classes:
                 del self._users[key]
         return dropped
 
     def users(self, root_uid: int, field: str) -> list[tuple[int, str, Rect]]:
-        """Current users of one (root region uid, field): ``(op, mode, rect)``."""
-        return [(u.op, u.mode, u.rect) for u in self._users.get((root_uid, field), ())]
+        """Current users of one (root region uid, field): ``(op, mode, rect)``,
+        in the order they were registered."""
+        classes = self._users.get((root_uid, field), {})
+        us = sorted((u for ix in classes.values() for _, u in ix.items()), key=lambda u: u.seq)
+        return [(u.op, u.mode, u.rect) for u in us]
 
     @property
     def num_users(self) -> int:
         """Total current users over every (region, field): the analysis state size."""
-        return sum(len(v) for v in self._users.values())
+        return sum(ix.size for cl in self._users.values() for ix in cl.values())
 
     def max_users(self) -> int:
         """Largest current-user list of any (region, field)."""
-        return max((len(v) for v in self._users.values()), default=0)
+        return max((sum(ix.size for ix in cl.values()) for cl in self._users.values()),
+                   default=0)
 
 
 def _uncover(u: _User, written: Rect) -> bool:

@@ -51,6 +51,18 @@ Worked example (one field, memories 0 and 1)::
     task 8 Reduce(+) [0,8) on 1 -> red appended to both pieces
     read [0,8) on host(-1)-> copies 0->-1 [0,4), 1->-1 [4,8) (or from 0),
                              buffer copies 1->-1 for both pieces, folds at -1
+
+Pieces overlapped by one access are handled in rect order (``lo``, then
+``hi``), so copy ids and prologues are deterministic.
+
+Cost. The pieces live in a :class:`~legionpy.regions.dependence.RectIndex`
+(a grid over their rects), so an access finds the pieces it overlaps without
+scanning the others, and the transition changes only those pieces: its cost
+does not grow with the number of pieces (the tiles of a partition). States
+stay persistent (``access`` leaves the old state intact) without copying:
+versions share one mutable store, held by the newest one used, and every
+other version keeps the undo diff to it (Baker's "rerooting" of persistent
+arrays); reading an older version moves the store back to it.
 """
 
 from __future__ import annotations
@@ -60,6 +72,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..geometry import Rect
+from ..regions.dependence import RectIndex
 
 __all__ = [
     "HOST", "Piece", "Red", "Request", "Copy", "FillAction", "FoldAction", "Plan",
@@ -151,39 +164,115 @@ def choose_source(valid: dict[int, int]) -> int:
     return min(valid, key=lambda m: (m == HOST, m))
 
 
+class _Store:
+    """The mutable pieces of the version that currently owns them."""
+
+    __slots__ = ("index", "next_key")
+
+    def __init__(self) -> None:
+        self.index = RectIndex()
+        self.next_key = 0
+
+    def apply(self, removed: list[tuple[int, Piece]], added: list[tuple[int, Piece]]) -> None:
+        ix = self.index
+        for k, _ in removed:
+            ix.remove(k)
+        for k, p in added:
+            ix.add(p.rect, k, p)
+
+
 class FieldState:
     """Coherence state of one (root, field): disjoint pieces tiling the root.
 
     ``access`` is a pure transition: it returns the plan and a new state and
     leaves ``self`` unchanged (pieces are immutable), so tests can compare
-    whole states before and after, as Dask's scheduler tests do.
+    whole states before and after, as Dask's scheduler tests do. (Internally
+    the versions share one store, see the module docstring; using an older
+    version is correct, only the most recent one is cheap. Versions of one
+    state must not be used from several threads at once.)
     """
 
-    __slots__ = ("pieces",)
+    __slots__ = ("_store", "_base", "_removed", "_added")
 
     def __init__(self, pieces: list[Piece]) -> None:
-        self.pieces = pieces
+        store = _Store()
+        for k, p in enumerate(pieces):
+            store.index.add(p.rect, k, p)
+        store.next_key = len(pieces)
+        self._store: _Store | None = store
+        # when not the owner: my pieces = _base's pieces - _removed + _added
+        self._base: FieldState | None = None
+        self._removed: list[tuple[int, Piece]] = []
+        self._added: list[tuple[int, Piece]] = []
 
     @classmethod
     def filled(cls, rect: Rect, value: Any = 0) -> FieldState:
         return cls([Piece(rect, {}, value)])
 
+    def _own(self) -> _Store:
+        """Make this version the owner of the shared store (reroot) and return it."""
+        store = self._store
+        if store is not None:
+            return store
+        path = []
+        s = self
+        while s._store is None:
+            path.append(s)
+            s = s._base  # type: ignore[assignment]
+        owner = s
+        store = owner._store
+        for node in reversed(path):  # node._base is owner
+            store.apply(node._removed, node._added)  # type: ignore[union-attr]
+            owner._store, owner._base = None, node
+            owner._removed, owner._added = node._added, node._removed
+            node._store, node._base, node._removed, node._added = store, None, [], []
+            owner = node
+        return store  # type: ignore[return-value]
+
+    def _commit(self, store: _Store, removed: list[tuple[int, Piece]],
+                new: list[Piece]) -> FieldState:
+        """The successor version: this one's pieces minus ``removed`` plus ``new``."""
+        k = store.next_key
+        added = [(k + i, p) for i, p in enumerate(new)]
+        store.next_key = k + len(new)
+        store.apply(removed, added)
+        succ = FieldState.__new__(FieldState)
+        succ._store, succ._base, succ._removed, succ._added = store, None, [], []
+        self._store, self._base, self._removed, self._added = None, succ, added, removed
+        return succ
+
+    @property
+    def pieces(self) -> list[Piece]:
+        """The pieces, in rect order (a new list)."""
+        return sorted((p for _, p in self._own().index.items()), key=_key)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, FieldState):
             return NotImplemented
-        return sorted(self.pieces, key=_key) == sorted(other.pieces, key=_key)
+        return self.pieces == other.pieces
 
     def __repr__(self) -> str:
-        return f"FieldState({sorted(self.pieces, key=_key)!r})"
+        return f"FieldState({self.pieces!r})"
 
     def __iter__(self) -> Iterator[Piece]:
         return iter(self.pieces)
 
+    def __len__(self) -> int:
+        return self._own().index.size
+
+    @staticmethod
+    def _overlapping(store: _Store, rect: Rect) -> list[tuple[int, Piece]]:
+        """``(key, piece)`` of the pieces overlapping ``rect``, in rect order."""
+        hits = store.index.query(rect)
+        if len(hits) > 1:
+            hits.sort(key=lambda kp: _key(kp[1]))
+        return hits
+
     def valid_memories(self, rect: Rect) -> dict[int, int]:
         """``{memory: covered volume}`` of current data inside ``rect``."""
         out: dict[int, int] = {}
-        for p in self.pieces:
-            if p.reds or not p.rect.overlaps(rect):
+        for _, p in self._own().index.query(rect):
+            if p.reds:
                 continue
             v = (p.rect & rect).volume
             for m in p.valid:
@@ -193,48 +282,63 @@ class FieldState:
     # -- transitions ----------------------------------------------------------
     def fill(self, rect: Rect, value: Any) -> FieldState:
         """Lazy fill of ``rect``: no data moves; every memory can materialise it."""
-        kept: list[Piece] = []
-        for p in self.pieces:
-            if not p.rect.overlaps(rect):
-                kept.append(p)
-            elif not rect.contains(p.rect):
-                kept.extend(replace(p, rect=r) for r in p.rect.subtract(rect))
-        return FieldState(kept + [Piece(rect, {}, value)])
+        store = self._own()
+        removed = self._overlapping(store, rect)
+        new: list[Piece] = []
+        for _, p in removed:
+            if not rect.contains(p.rect):
+                new.extend(replace(p, rect=r) for r in p.rect.subtract(rect))
+        new.append(Piece(rect, {}, value))
+        return self._commit(store, removed, new)
 
     def access(self, req: Request, new_id: Callable[[], int]) -> tuple[Plan, FieldState]:
         """Plan ``req`` and return ``(plan, new_state)``. ``new_id`` hands out
         ids for the copies (the runtime's op counter, so ids stay unique and
-        deterministic)."""
+        deterministic). When the access changes no piece (a read of data
+        already valid in its memory) the new state is ``self``."""
         plan = Plan()
-        kept: list[Piece] = []
-        touched: list[Piece] = []
+        store = self._own()
         rect = req.rect
-        lo0, hi0 = rect.lo[0], rect.hi[0]
-        for p in self.pieces:
-            q = p.rect  # cheap dim-0 test first: most pieces are other tiles
-            if q.lo[0] >= hi0 or q.hi[0] <= lo0 or not q.overlaps(rect):
-                kept.append(p)
+        rlo, rhi = rect.lo, rect.hi
+        removed: list[tuple[int, Piece]] = []
+        new: list[Piece] = []
+        touched: list[tuple[int | None, Piece, Piece]] = []  # (key if whole, piece, part in rect)
+        for k, p in self._overlapping(store, rect):
+            q = p.rect
+            for ql, qh, rl, rh in zip(q.lo, q.hi, rlo, rhi):
+                if ql < rl or qh > rh:
+                    break
+            else:  # p lies inside rect
+                touched.append((k, p, p))
                 continue
-            inter = p.rect & rect
-            if inter != p.rect:
-                kept.extend(replace(p, rect=r) for r in p.rect.subtract(rect))
-                p = replace(p, rect=inter)
-            touched.append(p)
+            removed.append((k, p))
+            new.extend(replace(p, rect=r) for r in q.subtract(rect))
+            touched.append((None, p, replace(p, rect=q & rect)))
         mode, mem, op = req.mode, req.memory, req.op
-        if mode == "write_discard" or (mode == "read_write" and not touched):
-            return plan, FieldState(kept + [Piece(rect, {mem: op})])
-        out: list[Piece] = []
-        for p in touched:
+        if mode == "write_discard" or mode == "read_write":
+            for k, p, part in touched:
+                if mode == "read_write":
+                    _materialise(part, mem, op, plan, new_id)
+                if k is not None:
+                    removed.append((k, p))
+            new.append(Piece(rect, {mem: op}))
+            return plan, self._commit(store, removed, new)
+        for k, p, part in touched:
             if mode == "reduce":
-                if p.reds and p.redop != req.redop:
-                    p = _materialise(p, mem, op, plan, new_id)
+                if part.reds and part.redop != req.redop:
+                    part = _materialise(part, mem, op, plan, new_id)
                 red = Red(mem, req.buffer, rect, op)
-                out.append(replace(p, redop=req.redop, reds=p.reds + (red,)))
+                out = replace(part, redop=req.redop, reds=part.reds + (red,))
             else:
-                out.append(_materialise(p, mem, op, plan, new_id))
-        if mode == "read_write":
-            return plan, FieldState(kept + [Piece(rect, {mem: op})])
-        return plan, FieldState(kept + out)
+                out = _materialise(part, mem, op, plan, new_id)
+                if out is p:  # whole and unchanged
+                    continue
+            if k is not None:
+                removed.append((k, p))
+            new.append(out)
+        if not removed and not new:
+            return plan, self
+        return plan, self._commit(store, removed, new)
 
 
 def _materialise(p: Piece, mem: int, op: int, plan: Plan, new_id: Callable[[], int]) -> Piece:
@@ -253,6 +357,8 @@ def _materialise(p: Piece, mem: int, op: int, plan: Plan, new_id: Callable[[], i
         plan.deps.add(cid)
         valid = {**valid, mem: cid}
     if not p.reds:
+        if valid is p.valid and p.redop is None:
+            return p  # nothing to do: the same piece
         return Piece(p.rect, valid, fill)
     for red in p.reds:
         if red.memory == mem:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from legionpy.geometry import Rect
 from legionpy.runtime.coherence import (
     HOST,
@@ -108,3 +111,94 @@ def test_fill_replaces_everything_lazily():
 def test_valid_memories_counts_points():
     s = FieldState([Piece(LO, {0: 5}), Piece(HI, {0: 5, 1: 6})])
     assert s.valid_memories(Rect((2,), (6,))) == {0: 4, 1: 2}
+
+
+# -- the indexed, persistent state against a list model ----------------------------------------
+def _key(p):
+    return (p.rect.lo, p.rect.hi)
+
+
+def _model_access(pieces, req, new_id):
+    """The transition on a plain list of pieces kept in rect order (the reference)."""
+    from dataclasses import replace
+
+    from legionpy.runtime.coherence import Plan, _materialise
+
+    plan, kept, touched = Plan(), [], []
+    for p in sorted(pieces, key=_key):
+        if not p.rect.overlaps(req.rect):
+            kept.append(p)
+            continue
+        inter = p.rect & req.rect
+        if inter != p.rect:
+            kept.extend(replace(p, rect=r) for r in p.rect.subtract(req.rect))
+            p = replace(p, rect=inter)
+        touched.append(p)
+    mode, mem, op = req.mode, req.memory, req.op
+    if mode == "write_discard" or (mode == "read_write" and not touched):
+        return plan, kept + [Piece(req.rect, {mem: op})]
+    out = []
+    for p in touched:
+        if mode == "reduce":
+            if p.reds and p.redop != req.redop:
+                p = _materialise(p, mem, op, plan, new_id)
+            out.append(replace(p, redop=req.redop,
+                               reds=p.reds + (Red(mem, req.buffer, req.rect, op),)))
+        else:
+            out.append(_materialise(p, mem, op, plan, new_id))
+    if mode == "read_write":
+        return plan, kept + [Piece(req.rect, {mem: op})]
+    return plan, kept + out
+
+
+_REQS = st.tuples(
+    st.integers(0, 6), st.integers(1, 4), st.integers(0, 3), st.integers(1, 4),
+    st.sampled_from(["read", "read_write", "write_discard", "reduce", "reduce_max", "fill"]),
+    st.sampled_from([HOST, 0, 1]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_REQS, min_size=1, max_size=25), st.randoms(use_true_random=False))
+def test_indexed_state_matches_the_list_model_and_old_versions_stay_intact(reqs, rnd):
+    root = Rect((0, 0), (8, 6))
+    s, model = FieldState.filled(root, 0), [Piece(root, {}, 0)]
+    history = [(s, sorted(model, key=_key))]
+    for op, (x, w, y, h, mode, mem) in enumerate(reqs, start=1):
+        rect = Rect((x, y), (min(x + w, 8), min(y + h, 6)))
+        if mode == "fill":
+            s = s.fill(rect, 1.0)
+            model = [q for p in model for q in (
+                [p] if not p.rect.overlaps(rect) else
+                [Piece(r, p.valid, p.fill, p.redop, p.reds) for r in p.rect.subtract(rect)])]
+            model.append(Piece(rect, {}, 1.0))
+        else:
+            redop = "max" if mode == "reduce_max" else "+" if mode == "reduce" else None
+            req = Request(rect, "reduce" if redop else mode, mem, op, redop, f"b{op}")
+            plan, s = s.access(req, ids())
+            want, model = _model_access(model, req, ids())
+            assert plan == want
+        assert s.pieces == sorted(model, key=_key)
+        history.append((s, sorted(model, key=_key)))
+        cover = sum(p.rect.volume for p in s)
+        assert cover == root.volume  # still a tiling
+    rnd.shuffle(history)  # visit old versions in any order: each still has its pieces
+    for version, pieces in history:
+        assert version.pieces == pieces
+
+
+def test_access_work_does_not_grow_with_the_number_of_pieces():
+    def tests_per_access(n):
+        s = FieldState([Piece(Rect((4 * i, 0), (4 * i + 4, 8)), {0: 1}) for i in range(n)])
+        for k in range(2 * n):  # two sweeps of tile accesses
+            rect = Rect((4 * (k % n), 0), (4 * (k % n) + 4, 8))
+            _, s = s.access(Request(rect, ["read", "read_write", "reduce"][k % 3], 1, k, "+", k),
+                            ids())
+        ix = s._own().index
+        before = ix.tests
+        _, s = s.access(Request(Rect((4 * (n // 2), 0), (4 * (n // 2) + 4, 8)), "read", 0, 99),
+                        ids())
+        return ix.tests - before
+
+    costs = [tests_per_access(n) for n in (10, 100, 1000)]
+    assert costs == [costs[0]] * 3 and costs[0] <= 4, costs

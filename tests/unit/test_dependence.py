@@ -166,3 +166,108 @@ def test_user_lists_stay_bounded_over_5000_iterations():
         sizes.append(d.max_users())
     assert max(sizes) <= 3 * k
     assert sizes[-1] == sizes[10]  # steady state: no growth with program length
+
+
+# -- the index: same answers as a full scan, bounded work per tile ----------------------------
+class _ScanAnalyzer:
+    """The analysis as one scan over every current user (the reference)."""
+
+    def __init__(self):
+        self.users = {}
+
+    def analyze(self, op_id, reqs):
+        from legionpy.regions.requirement import conflicts
+
+        deps = set()
+        for req in reqs:
+            if req.rect.empty:
+                continue
+            m, o = req.privilege.mode, req.privilege.redop
+            for f in req.fields:
+                for op, um, uo, rect, _ in self.users.get((req.root.uid, f), ()):
+                    if conflicts(um, uo, m, o) and rect.overlaps(req.rect):
+                        deps.add(op)
+        for req in reqs:
+            if req.rect.empty:
+                continue
+            for f in req.fields:
+                us = self.users.setdefault((req.root.uid, f), [])
+                if req.privilege.mode in ("read_write", "write_discard"):
+                    kept = []
+                    for u in us:
+                        if u[3].overlaps(req.rect):
+                            left = [r for piece in u[4] for r in piece.subtract(req.rect)]
+                            if len(left) <= 64:
+                                u[4][:] = left
+                        if u[4]:
+                            kept.append(u)
+                    us[:] = kept
+                us.append((op_id, req.privilege.mode, req.privilege.redop, req.rect, [req.rect]))
+        deps.discard(op_id)
+        return sorted(deps)
+
+
+@FAST
+@given(programs)
+def test_indexed_analysis_equals_the_full_scan(ops):
+    d, ref = DependenceAnalyzer(), _ScanAnalyzer()
+    for k, reqs in enumerate(ops):
+        assert d.analyze(k, reqs) == ref.analyze(k, reqs)
+    for key, us in ref.users.items():
+        assert d.users(*key) == [(u[0], u[1], u[3]) for u in us]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(-9, 9), st.integers(-9, 9),
+                          st.integers(0, 12), st.integers(0, 5)), max_size=40),
+       st.integers(-12, 12), st.integers(-12, 12), st.integers(0, 20), st.integers(0, 20))
+def test_rect_index_finds_exactly_the_overlapping_items(steps, qx, qy, qw, qh):
+    from types import SimpleNamespace
+
+    from legionpy.regions.dependence import RectIndex
+
+    ix, live = RectIndex(), {}
+    for k, (remove, x, y, w, h) in enumerate(steps):
+        if remove and live:
+            key = sorted(live)[x % len(live)]
+            ix.remove(key)
+            del live[key]
+        else:
+            live[k] = SimpleNamespace(rect=Rect((x, y), (x + w, y + h)))
+            ix.add(live[k].rect, k, live[k])
+        q = Rect((qx, qy), (qx + qw, qy + qh))
+        want = {k for k, it in live.items() if it.rect.overlaps(q)}
+        assert {k for k, _ in ix.query(q)} == want
+        assert len(ix) == len(live) and {k for k, _ in ix.items()} == set(live)
+
+
+def _tile_point_cost(tiles, parts):
+    """Rect tests of one more point after two index launches over ``tiles`` tiles."""
+    A = Region((4 * tiles, 6 * tiles), {f: np.float32 for f in "xyzw"})
+    P = parts(A, tiles)
+    d = DependenceAnalyzer()
+    op = 0
+
+    def point(c):
+        s = P[c]
+        return [Req(s, R("x")), Req(s, RW("y")), Req(s, WD("z")), Req(s, Reduce("+", "w"))]
+
+    for _ in range(2):
+        for c in P.colors:
+            d.analyze(op, point(c))
+            op += 1
+    c = P.colors[len(P.colors) // 2]
+    before = d.comparisons
+    deps = d.analyze(op, point(c))
+    assert deps  # it does wait for the previous launch's point on its tile
+    return d.comparisons - before
+
+
+def test_rect_tests_per_point_do_not_grow_with_the_partition():
+    rows = lambda A, n: Partition.equal(A, (n, 1))  # noqa: E731
+    grid = lambda A, n: Partition.equal(A, (n, n))  # noqa: E731
+    halo = lambda A, n: Partition.restriction(A, (4, 6 * n), halo=(1, 0))  # noqa: E731
+    for parts in (rows, grid, halo):
+        costs = [_tile_point_cost(n, parts) for n in (4, 16, 64)]
+        assert max(costs) <= 24, costs
+        assert costs[-1] <= costs[0] + 4, costs  # flat, not O(tiles)
