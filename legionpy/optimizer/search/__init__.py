@@ -1,0 +1,216 @@
+"""Strategy search (FlexFlow paper section 6, DeePa section 4, the Intel
+partitioner) and the report behind ``legionpy search``.
+
+Methods, all compared on the full simulator's iteration time:
+
+==============  =============================================================
+``data``        data parallelism (baseline)
+``model``       model parallelism (baseline)
+``owt``         one weird trick for CNNs; ``expert`` (RNN expert) for RNNs
+``partitioner`` whole ops on single devices, balanced min-cut (:mod:`.partitioner`)
+``elimination`` DeePa's node/edge elimination DP, additive cost (:mod:`.elimination`)
+``mcmc``        Metropolis-Hastings with delta simulation (:mod:`.mcmc`), started
+                from data, expert, random and the elimination result
+``exhaustive``  depth-first with lower-bound pruning, small cases only (:mod:`.exhaustive`)
+==============  =============================================================
+
+>>> from legionpy import models
+>>> from legionpy.optimizer import Machine, search
+>>> g = models.lenet(batch_size=16).graph
+>>> m = Machine.parse("p100:1x4")
+>>> best = search.mcmc(g, m, iterations=40, seed=0)          # a Strategy
+>>> rep = search.run_all(g, m, budget_s=5, seed=0, iterations=40)
+>>> sorted(rep.to_json()["strategies"])[:3]
+['data', 'elimination', 'mcmc']
+
+:func:`search_for_model` is what ``nn.Model.compile(strategy="search")``
+calls: the same search, cached on disk by a hash of the graph's structure,
+the machine and the search settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ..simulator import Simulator
+from ..strategy import Strategy
+from .baselines import baselines, expert_name
+from .elimination import EliminationResult, eliminate
+from .exhaustive import ExhaustiveResult, exhaustive
+from .mcmc import MCMCResult, initial_candidates
+from .mcmc import mcmc as run_mcmc
+from .partitioner import PartitionResult, partition
+from .space import ConfigSpace
+
+__all__ = ["mcmc", "run_mcmc", "run_all", "SearchReport", "search_for_model", "eliminate",
+           "exhaustive", "partition", "baselines", "ConfigSpace", "MCMCResult",
+           "EliminationResult", "ExhaustiveResult", "PartitionResult", "initial_candidates",
+           "DEFAULT_METHODS", "graph_hash"]
+
+DEFAULT_METHODS = ("data", "model", "expert", "partitioner", "elimination", "mcmc")
+
+
+def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | None = None,
+         **kw) -> Strategy:
+    """The best strategy MCMC finds (see :func:`.mcmc.mcmc` for the options and
+    :func:`run_mcmc` for the full :class:`MCMCResult`)."""
+    return run_mcmc(graph, machine, budget_s, seed, iterations, **kw).strategy
+
+
+@dataclass
+class SearchReport:
+    """Every method's strategy and simulated figures (seconds, bytes)."""
+
+    graph: str
+    machine: str
+    rows: dict = field(default_factory=dict)
+    strategies: dict = field(default_factory=dict)
+    search_time_s: float = 0.0
+    details: dict = field(default_factory=dict)
+
+    @property
+    def best(self) -> str:
+        return min(self.rows, key=lambda n: (self.rows[n]["iteration_time_s"],
+                                             list(self.rows).index(n)))
+
+    @property
+    def best_strategy(self) -> Strategy:
+        return self.strategies[self.best]
+
+    def to_json(self) -> dict:
+        return {"model": self.graph, "machine": self.machine,
+                "search_time_s": self.search_time_s,
+                "strategies": {n: dict(r) for n, r in self.rows.items()}, "best": self.best}
+
+    def table(self) -> str:
+        head = (f"{'method':<12} {'iter time (ms)':>15} {'vs data':>8} {'moved (MB)':>11} "
+                f"{'search (s)':>10}")
+        lines = [f"{self.graph} on {self.machine}", head, "-" * len(head)]
+        for n, r in self.rows.items():
+            t = r["iteration_time_s"]
+            ts = "infeasible" if not math.isfinite(t) else f"{t * 1e3:.3f}"
+            sp = r["speedup_vs_data"]
+            lines.append(f"{n:<12} {ts:>15} {sp:>7.2f}x {r['bytes_moved'] / 1e6:>11.1f} "
+                         f"{r['search_time_s']:>10.2f}")
+        lines.append(f"best: {self.best}   total search time {self.search_time_s:.1f} s")
+        return "\n".join(lines)
+
+
+def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
+            methods: Sequence[str] | None = None, iterations: int | None = None,
+            cost_model=None, space: ConfigSpace | None = None,
+            progress: Callable[[int, int | None, float], None] | None = None,
+            stage: Callable[[str], None] | None = None) -> SearchReport:
+    """Run ``methods`` (default :data:`DEFAULT_METHODS`; add ``"exhaustive"``
+    for tiny cases) and simulate each result. MCMC gets what is left of
+    ``budget_s`` (at least half of it) or ``iterations`` proposals."""
+    t0 = time.perf_counter()
+    methods = list(methods or DEFAULT_METHODS)
+    ename = expert_name(graph)
+    methods = [ename if m in ("expert", "owt") else m for m in methods]
+    unknown = set(methods) - {"data", "model", ename, "partitioner", "elimination", "mcmc",
+                              "exhaustive"}
+    if unknown:
+        from ...errors import StrategyError
+        raise StrategyError(f"unknown search methods {sorted(unknown)}; known: "
+                            f"{list(DEFAULT_METHODS) + ['owt', 'exhaustive']}")
+    sim = Simulator(graph, machine, cost_model)
+    rep = SearchReport(graph.name, machine.name)
+    found: dict[str, tuple[Strategy, float]] = {}
+    base = baselines(graph, machine)
+    for m in methods:
+        if m in base:
+            found[m] = (base[m], 0.0)
+    dp = None
+    if "elimination" in methods or "mcmc" in methods:
+        if stage:
+            stage("elimination")
+        dp = eliminate(graph, machine, cost_model=cost_model)
+        rep.details["elimination"] = {"exact": dp.exact, "additive_cost_s": dp.additive_cost_s,
+                                      "fixed_nodes": len(dp.fixed_nodes)}
+        if "elimination" in methods:
+            found["elimination"] = (dp.strategy, dp.search_time_s)
+    if "partitioner" in methods:
+        if stage:
+            stage("partitioner")
+        pr = partition(graph, machine, seed=seed, cost_model=cost_model)
+        found["partitioner"] = (pr.strategy, pr.search_time_s)
+    if "exhaustive" in methods:
+        if stage:
+            stage("exhaustive")
+        ex = exhaustive(graph, machine, space, cost_model, simulator=sim)
+        found["exhaustive"] = (ex.strategy, ex.search_time_s)
+        rep.details["exhaustive"] = {"complete": ex.complete, "leaves": ex.leaves}
+    if "mcmc" in methods:
+        if stage:
+            stage("mcmc")
+        left = max(0.5 * budget_s, budget_s - (time.perf_counter() - t0))
+        init = initial_candidates(graph, machine, seed, space, dp.strategy)
+        t1 = time.perf_counter()
+        mr = run_mcmc(graph, machine, left, seed, iterations, space=space, initial=init,
+                      simulator=sim, progress=progress)
+        found["mcmc"] = (mr.strategy, time.perf_counter() - t1 + dp.search_time_s)
+        rep.details["mcmc"] = {"iterations": mr.iterations, "accepted": mr.accepted,
+                               "chains": mr.chains, "polish_moves": mr.polish_moves}
+    results = {}
+    for m in methods:
+        s, _ = found[m]
+        results[m] = sim.run(s)
+    data_t = results["data"].iteration_time_s if "data" in results else \
+        sim.run(Strategy.data_parallel(graph, machine)).iteration_time_s
+    for m in methods:
+        r = results[m]
+        t = r.iteration_time_s if r.feasible else math.inf
+        rep.rows[m] = {"iteration_time_s": t, "speedup_vs_data": data_t / t if t else 0.0,
+                       "bytes_moved": r.bytes_moved, "search_time_s": found[m][1],
+                       "feasible": r.feasible}
+        s = found[m][0]
+        rep.strategies[m] = Strategy(dict(s), graph.name, machine.name)
+    rep.search_time_s = time.perf_counter() - t0
+    return rep
+
+
+def graph_hash(graph, machine, **settings) -> str:
+    """A stable hash of the graph's structure (ops, shapes, dims, edges,
+    parameter sharing), the machine and ``settings``."""
+    ops = [[op.name, op.kind, op.output_shape, op.dims, op.dtype,
+            sorted((k, repr(v)) for k, v in op.attrs.items()),
+            [(r.op.name, r.view) for r in op.inputs],
+            sorted((k, p.name, p.shape) for k, p in op.params.items())] for op in graph.ops]
+    blob = json.dumps({"graph": ops, "batch": graph.batch_size, "machine": machine.to_dict(),
+                       "settings": settings, "v": 1}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def search_for_model(graph, machine, budget_s: float = 30, seed: int = 0,
+                     cache_dir: str | None = None, iterations: int | None = None,
+                     methods: Sequence[str] | None = None) -> Strategy:
+    """The best strategy of :func:`run_all` for ``graph`` on ``machine``, cached
+    on disk (``cache_dir``, else ``$LEGIONPY_CACHE``, else ``~/.cache/legionpy``)
+    by :func:`graph_hash`. With ``iterations`` the result is deterministic
+    (DESIGN.md invariant 5), so every MPI rank computes the same one."""
+    cache_dir = cache_dir or os.environ.get("LEGIONPY_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "legionpy")
+    key = graph_hash(graph, machine, budget_s=budget_s, seed=seed, iterations=iterations,
+                     methods=list(methods or DEFAULT_METHODS))
+    path = os.path.join(cache_dir, f"strategy-{graph.name}-{key}.json")
+    if os.path.exists(path):
+        try:
+            s = Strategy.load(path, graph)
+            s.validate(graph, machine)
+            return s
+        except Exception:  # a stale or broken cache entry: search again
+            pass
+    best = run_all(graph, machine, budget_s, seed, methods, iterations).best_strategy
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        best.save(path)
+    except OSError:
+        pass
+    return best

@@ -1,0 +1,196 @@
+"""The additive cost model (DeePa section 4, OptCNN): the cost of a strategy
+is a sum of per-op and per-edge terms, which is what makes dynamic
+programming over the graph possible.
+
+For op ``o`` with config ``c`` and edge ``(p -> o)`` with configs ``(cp, co)``:
+
+- ``node(o, c) = compute(o, c) + sync(o, c)``.
+  ``compute``: the slowest tile's forward + backward seconds under the cost
+  model (tiles run in parallel on distinct devices); input ops cost their
+  host-to-device load. ``sync``: parameter-server gradient synchronisation as
+  the task graph does it: every replica of a weight tile sends its gradient
+  to the tile's home and gets the updated weight back (two copies), copies
+  into one home serialise, different homes overlap (max over homes), plus
+  the update task.
+- ``edge(p, o, cp, co)``: the forward activation copies plus the backward
+  gradient copies (the same bytes reversed), each ``latency + bytes x
+  seconds-per-byte`` summed over the hops of its route; copies into one
+  device serialise, different devices overlap (max over destinations), times
+  two for backward.
+
+These are estimates: every method's final strategy is re-simulated by the
+full simulator, so methods are compared on one cost.
+
+:class:`AdditiveCosts` also gives the per-device busy seconds and the
+minimum tile time a config implies, which the exhaustive search's lower
+bound uses.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...geometry import Rect
+from ..costmodel import AnalyticCostModel, CostModel
+
+__all__ = ["AdditiveCosts"]
+
+
+class AdditiveCosts:
+    """Node and edge costs (seconds) of ``graph`` on ``machine``."""
+
+    def __init__(self, graph, machine, cost_model: CostModel | None = None) -> None:
+        self.graph, self.machine = graph, machine
+        self.cost = cost_model or AnalyticCostModel()
+        D = machine.num_devices
+        self.lat = np.zeros((D, D))
+        self.spb = np.zeros((D, D))
+        for a in range(D):
+            for b in range(D):
+                if a == b:
+                    continue
+                for lid in machine.route(a, b):
+                    ln = machine.links[lid]
+                    self.lat[a, b] += ln.latency
+                    self.spb[a, b] += 1.0 / ln.bandwidth
+        self._tiles: dict = {}
+        self._compute: dict = {}
+        self._inter: dict = {}
+        self._need: dict = {}
+        self._bounds: dict = {}
+        self._sync: dict = {}
+
+    # -- tiles -----------------------------------------------------------------
+    def tiles(self, op, degrees) -> list[Rect]:
+        k = (op.index, degrees)
+        t = self._tiles.get(k)
+        if t is None:
+            t = self._tiles[k] = op.output_rect.split(degrees)
+        return t
+
+    def copy_seconds(self, nbytes: float, src: int, dst: int) -> float:
+        if src == dst or nbytes <= 0:
+            return 0.0
+        return float(self.lat[src, dst] + nbytes * self.spb[src, dst])
+
+    # -- node costs --------------------------------------------------------------
+    def tile_times(self, op, cfg) -> np.ndarray:
+        """Forward + backward seconds of each tile of ``op`` under ``cfg``."""
+        k = (op.index, cfg.degrees, tuple(self.machine.devices[d].kind for d in cfg.devices))
+        r = self._compute.get(k)
+        if r is None:
+            ts = []
+            for tile, dev in zip(self.tiles(op, cfg.degrees), cfg.devices):
+                spec = self.machine.devices[dev]
+                if op.kind == "input":
+                    ts.append(self.cost.load_time(float(tile.volume * op.itemsize), spec))
+                else:
+                    f, b = self.cost.op_time(op, tile, spec)
+                    ts.append(f + b)
+            r = self._compute[k] = np.asarray(ts)
+        return r
+
+    def compute(self, op, cfg) -> float:
+        return float(self.tile_times(op, cfg).max())
+
+    def device_loads(self, op, cfg) -> list[tuple[int, float]]:
+        """``(device, busy seconds)`` this op puts on each device it uses."""
+        return list(zip(cfg.devices, self.tile_times(op, cfg).tolist()))
+
+    def sync(self, op, cfg) -> float:
+        """Gradient-sync + update seconds of ``op``'s parameters under ``cfg``."""
+        if not op.params:
+            return 0.0
+        k = (op.index, cfg)
+        r = self._sync.get(k)
+        if r is not None:
+            return r
+        tiles = self.tiles(op, cfg.degrees)
+        per_home: dict[int, float] = {}
+        for pname, p in op.params.items():
+            item = np.dtype(p.dtype).itemsize
+            groups: dict[Rect, list[int]] = {}
+            for tile, dev in zip(tiles, cfg.devices):
+                groups.setdefault(op.weight_rect(pname, tile), []).append(dev)
+            for rect, devs in groups.items():
+                home = devs[0]
+                nb = float(rect.volume * item)
+                t = self.cost.update_time(p, rect, self.machine.devices[home])
+                for d in set(devs):
+                    t += self.copy_seconds(nb, d, home) + self.copy_seconds(nb, home, d)
+                per_home[home] = per_home.get(home, 0.0) + t
+        r = self._sync[k] = max(per_home.values()) if per_home else 0.0
+        return r
+
+    def node(self, op, cfg) -> float:
+        return self.compute(op, cfg) + self.sync(op, cfg)
+
+    # -- edge costs --------------------------------------------------------------
+    def _needs(self, op, i: int, dc) -> tuple[np.ndarray, np.ndarray]:
+        """lo, hi (n_consumer_tiles, ndim) of what each tile reads of input ``i``
+        in the producer's coordinates (empty needs: lo == hi)."""
+        k = (op.index, i, dc)
+        r = self._need.get(k)
+        if r is None:
+            ref = op.inputs[i]
+            nd = len(ref.op.output_shape)
+            lo, hi = [], []
+            for t in self.tiles(op, dc):
+                q = op.input_rect(i, t)
+                if q.empty:
+                    lo.append((0,) * nd)
+                    hi.append((0,) * nd)
+                else:
+                    q = ref.to_base(q)
+                    lo.append(q.lo)
+                    hi.append(q.hi)
+            r = self._need[k] = (np.array(lo), np.array(hi))
+        return r
+
+    def _volumes(self, op, i: int, dp, dc) -> np.ndarray:
+        """Bytes (n_producer_tiles, n_consumer_tiles) of input ``i`` of ``op``."""
+        k = (op.index, i, dp, dc)
+        v = self._inter.get(k)
+        if v is None:
+            prod = op.inputs[i].op
+            kp = (prod.index, dp)
+            b = self._bounds.get(kp)
+            if b is None:
+                tp = self.tiles(prod, dp)
+                b = self._bounds[kp] = (np.array([t.lo for t in tp])[:, None, :],
+                                        np.array([t.hi for t in tp])[:, None, :])
+            nlo, nhi = self._needs(op, i, dc)
+            ext = np.minimum(b[1], nhi[None]) - np.maximum(b[0], nlo[None])
+            v = np.prod(np.clip(ext, 0, None), axis=2).astype(float) * prod.itemsize
+            self._inter[k] = v
+        return v
+
+    def edge(self, op, i: int, cp, cc) -> float:
+        """Transfer seconds of input ``i`` of ``op`` (forward + backward)."""
+        v = self._volumes(op, i, cp.degrees, cc.degrees)
+        sp = np.asarray(cp.devices)
+        sc = np.asarray(cc.devices)
+        lat = self.lat[sp[:, None], sc[None, :]]
+        t = np.where(v > 0, lat + v * self.spb[sp[:, None], sc[None, :]], 0.0)
+        if not t.any():
+            return 0.0
+        per_dst = np.bincount(np.broadcast_to(sc, t.shape).ravel(), t.ravel())
+        return 2.0 * float(per_dst.max())
+
+    def edge_matrix(self, op, i: int, cps, ccs) -> np.ndarray:
+        """``edge`` for every pair of producer configs ``cps`` x consumer ``ccs``."""
+        out = np.empty((len(cps), len(ccs)))
+        for a, cp in enumerate(cps):
+            for b, cc in enumerate(ccs):
+                out[a, b] = self.edge(op, i, cp, cc)
+        return out
+
+    def total(self, strategy) -> float:
+        """Additive cost of a whole strategy (seconds)."""
+        t = 0.0
+        for op in self.graph.ops:
+            c = strategy[op.name]
+            t += self.node(op, c)
+            for i, ref in enumerate(op.inputs):
+                t += self.edge(op, i, strategy[ref.op.name], c)
+        return t

@@ -1,0 +1,155 @@
+"""The search space: the valid parallel configs of one operator (FlexFlow
+paper section 4 and section 6 "we only consider configurations whose
+degrees ... divide the tensor sizes").
+
+A config of op ``o`` on machine ``M`` (``D = M.num_devices``) is
+
+- *degrees*: one degree per output dim; a dim labelled ``None`` keeps degree
+  1; every other degree divides the dim's size; the product of the degrees
+  (the number of tiles ``n``) is at most ``D``;
+- *devices*: a contiguous block of ``n`` device ids. By default the block is
+  *aligned*: it starts at a multiple of ``n`` (``0, n, 2n, ...`` while it
+  fits), which keeps the space small and matches how the machine's nodes are
+  laid out (a block of 4 on ``p100:4x4`` is one node). Tile ``k`` runs on
+  ``start + k``.
+
+:class:`ConfigSpace` restricts this further, and every search method takes
+one, so two methods compared on "the same space" really are:
+
+==================  ========================================================
+``labels``          dim labels that may be split (default: all three)
+``max_split_dims``  at most this many dims with degree > 1 (default: any)
+``pow2``            the number of tiles is a power of two
+``degrees``         allowed tile counts (e.g. ``(1, 4)``); default any
+``placement``       ``"aligned"`` (default), ``"zero"`` (block starts at 0)
+                    or ``"any"`` (every start ``0 .. D - n``)
+``max_devices``     at most this many tiles (default ``D``)
+==================  ========================================================
+
+The elimination DP uses ``ConfigSpace.dp_default()`` (powers of two, at
+most two split dims, blocks starting at 0), DeePa's own restriction; the
+exhaustive tests use tiny spaces (``degrees=(1, 4)``) so that every strategy
+can be enumerated.
+
+>>> from legionpy import models
+>>> from legionpy.optimizer import Machine
+>>> g = models.lenet(batch_size=16).graph
+>>> sp = ConfigSpace(degrees=(1, 4), placement="zero", labels=("sample", "parameter"))
+>>> [c.degrees for c in sp.configs(g.op("fc1"), Machine.parse("p100:1x4"))]
+[(1, 1), (4, 1), (1, 4)]
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from ..strategy import ParallelConfig, Strategy
+
+__all__ = ["ConfigSpace", "divisors", "neighbours", "space_size"]
+
+
+def divisors(n: int, at_most: int) -> list[int]:
+    """Divisors of ``n`` that are ``<= at_most``, ascending."""
+    return [k for k in range(1, min(n, at_most) + 1) if n % k == 0]
+
+
+@dataclass(frozen=True)
+class ConfigSpace:
+    """A restriction of the config space (see the module docstring)."""
+
+    labels: tuple[str, ...] = ("sample", "attribute", "parameter")
+    max_split_dims: int | None = None
+    pow2: bool = False
+    degrees: tuple[int, ...] | None = None
+    placement: str = "aligned"
+    max_devices: int | None = None
+
+    @classmethod
+    def dp_default(cls) -> ConfigSpace:
+        """The elimination DP's space: powers of two, <= 2 split dims, blocks at 0."""
+        return cls(max_split_dims=2, pow2=True, placement="zero")
+
+    def key(self) -> tuple:
+        return (self.labels, self.max_split_dims, self.pow2, self.degrees, self.placement,
+                self.max_devices)
+
+    def degree_tuples(self, op, num_devices: int) -> list[tuple[int, ...]]:
+        """Every allowed degree tuple of ``op``, in a fixed order."""
+        cap = min(num_devices, self.max_devices or num_devices)
+        shape = op.output_shape
+        choices = []
+        for d, lab in enumerate(op.dims):
+            choices.append(divisors(shape[d], cap) if lab in self.labels else [1])
+        out = []
+        for degs in itertools.product(*choices):
+            n = math.prod(degs)
+            if n > cap:
+                continue
+            if self.pow2 and n & (n - 1):
+                continue
+            if self.degrees is not None and n not in self.degrees:
+                continue
+            if self.max_split_dims is not None and \
+                    sum(k > 1 for k in degs) > self.max_split_dims:
+                continue
+            out.append(tuple(degs))
+        return out
+
+    def starts(self, n: int, num_devices: int) -> list[int]:
+        """First device of every allowed block of ``n`` devices."""
+        if self.placement == "zero":
+            return [0]
+        if self.placement == "any":
+            return list(range(0, num_devices - n + 1))
+        if self.placement == "aligned":
+            return list(range(0, num_devices - n + 1, n))
+        raise ValueError(f"placement must be 'aligned', 'zero' or 'any', got "
+                         f"{self.placement!r}")
+
+    def configs(self, op, machine) -> list[ParallelConfig]:
+        """Every config of ``op`` in this space (never empty: the whole op on
+        device 0 is always in it)."""
+        D = machine.num_devices
+        out = []
+        for degs in self.degree_tuples(op, D):
+            n = math.prod(degs)
+            for s in self.starts(n, D):
+                out.append(ParallelConfig(degs, tuple(range(s, s + n))))
+        if not out:
+            out.append(ParallelConfig.single(len(op.output_shape), 0))
+        return out
+
+    def table(self, graph, machine) -> dict[str, list[ParallelConfig]]:
+        """``{op name: configs}`` for every op of ``graph`` (shared by shape)."""
+        memo: dict = {}
+        out = {}
+        for op in graph.ops:
+            k = (op.output_shape, op.dims)
+            if k not in memo:
+                memo[k] = self.configs(op, machine)
+            out[op.name] = memo[k]
+        return out
+
+    def contains(self, op, config: ParallelConfig, machine) -> bool:
+        return config in self.configs(op, machine)
+
+    def random_strategy(self, graph, machine, rng) -> Strategy:
+        """A uniformly random config per op (``rng``: ``random.Random``)."""
+        table = self.table(graph, machine)
+        return Strategy({n: rng.choice(c) for n, c in table.items()}, graph.name, machine.name)
+
+
+def space_size(table: dict[str, list]) -> float:
+    """Number of strategies in a config table (a float: it overflows quickly)."""
+    return float(math.prod(len(c) for c in table.values()))
+
+
+def neighbours(strategy: Strategy, table: dict[str, list]):
+    """Every ``(op name, config)`` single-op change of ``strategy`` within ``table``."""
+    for name, cfgs in table.items():
+        cur = strategy[name]
+        for c in cfgs:
+            if c != cur:
+                yield name, c
