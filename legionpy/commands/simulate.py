@@ -11,6 +11,10 @@ def add_model_arguments(p) -> None:
     p.add_argument("--machine", default="local",
                    help="SPEC: p100:NODESxGPUS, k80:NxG, dgx1, h100:NxG, local, or a JSON file")
     p.add_argument("--batch-size", type=int, default=None, help="default: the paper's")
+    p.add_argument("--scale", choices=("full", "small"), default="full",
+                   help="zoo sizes: the paper's (default) or small (as `legionpy profile`)")
+    p.add_argument("--size", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a zoo size, e.g. --size hidden=256 (repeatable)")
 
 
 def build_model_and_machine(args):
@@ -22,8 +26,13 @@ def build_model_and_machine(args):
     if args.model not in MODELS:
         raise ModelError(f"unknown model {args.model!r}; the zoo has {sorted(MODELS)} "
                          f"(`legionpy models` lists them)")
-    make = MODELS[args.model]
-    zoo = make(batch_size=args.batch_size) if args.batch_size else make()
+    from ..models import graph
+    from ..models.training import parse_sizes
+
+    sizes = parse_sizes(getattr(args, "size", None) or [])
+    if args.batch_size:
+        sizes["batch_size"] = args.batch_size
+    zoo = graph(args.model, scale=getattr(args, "scale", "full"), **sizes)
     return zoo.graph, Machine.parse(args.machine)
 
 
@@ -35,6 +44,9 @@ def _configure(p) -> None:
     p.add_argument("--taskgraph", metavar="FILE",
                    help="write the iteration task graph the simulator scheduled (JSON)")
     p.add_argument("--png", metavar="FILE", help="draw the strategy (one row per op)")
+    p.add_argument("--cost", default="analytic", metavar="analytic|measured|FILE",
+                   help="cost model: analytic roofline (default), measured (real kernels on "
+                        "this machine, cached), or a profile JSON from `legionpy profile`")
 
 
 @command("simulate", "simulate one training iteration of a model under a strategy")
@@ -44,10 +56,13 @@ def _simulate(args) -> dict:
 
     graph, machine = build_model_and_machine(args)
     strategy = Strategy.resolve(args.strategy, graph, machine)
-    sim = Simulator(graph, machine)
+    from ..optimizer.costmodel import cost_model_from_spec
+
+    sim = Simulator(graph, machine, cost_model_from_spec(args.cost))
     result = sim.run(strategy)
     out = result.to_dict()
-    out.update({"model": args.model, "machine": machine.name, "strategy": str(args.strategy)})
+    out.update({"model": args.model, "machine": machine.name, "strategy": str(args.strategy),
+                "cost_model": args.cost})
     if args.trace:
         write_chrome_trace(sim.tasks(), args.trace)
     if args.taskgraph:

@@ -6,6 +6,7 @@ See :mod:`legionpy.mapper.base` for the interface, and
 
 from __future__ import annotations
 
+from .adaptive import AdaptiveMapper  # noqa: F401
 from .base import Mapper, MapperTask, Mapping, TaskOptions
 from .default import DefaultMapper, RandomMapper
 from .strategy import StrategyMapper, weight_tiles  # noqa: F401

@@ -38,6 +38,14 @@ point task by (phase, op or parameter, point index)):
    and ``R(w) + Reduce("+", g)`` on each weight rect;
 3. ``U(w)`` for every parameter in first-use order: ``RW`` on ``w``, ``g``
    and the optimizer state over each distinct weight tile, on its home.
+   Embedding tables are updated SPARSELY: U applies the optimizer only to
+   the rows whose summed gradient is nonzero (the ids of this batch), so
+   the update's work is proportional to the tokens used, not the vocabulary
+   (PyTorch's ``sparse=True`` + SparseAdam semantics: momentum/Adam state of
+   unused rows is left untouched; plain SGD is identical to a dense update).
+   The row set is the union of the batch's ids whatever the strategy, so
+   strategy invariance holds. The gradient itself still travels as the
+   dense ``g`` tile (a region field), exactly as the simulator counts it.
 
 The runtime's dependence and coherence analysis then yields the section 2
 graph: copies of producer tiles into halos and of weights from their home
@@ -50,6 +58,8 @@ Per-tile state between F and B (see :mod:`legionpy.ops.execute`) is kept in
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 import numpy as np
@@ -63,7 +73,34 @@ from ..runtime import LaunchOptions, TaskFunction
 from .init import initial_value
 from .losses import metric_sums
 
-__all__ = ["Executor", "OpPlan"]
+__all__ = ["Executor", "OpPlan", "SLOW_DEVICES"]
+
+
+def _parse_slow(spec: str) -> dict[int, float]:
+    out = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        dev, _, factor = part.partition("=")
+        try:
+            out[int(dev)] = float(factor)
+        except ValueError:
+            raise ModelError(f"LEGIONPY_SLOW_DEVICES: {part!r} is not DEVICE=FACTOR "
+                             "(e.g. LEGIONPY_SLOW_DEVICES=3=4.0)") from None
+    return out
+
+
+#: Test/benchmark hook, ``{device id: factor}``: every forward/backward tile
+#: task placed on that device sleeps ``(factor - 1)`` times its own compute
+#: time after computing, as if the device ran ``factor`` times slower (a
+#: throttled GPU, a co-located job). The sleep is inside the task, so the
+#: runtime trace shows the longer task on that device. Read from
+#: ``LEGIONPY_SLOW_DEVICES="3=4,1=2"`` at import; tests set it directly.
+SLOW_DEVICES: dict[int, float] = _parse_slow(os.environ.get("LEGIONPY_SLOW_DEVICES", ""))
+
+
+def _throttle(device: int, t0: float) -> None:
+    f = SLOW_DEVICES.get(device)
+    if f and f > 1:
+        time.sleep((f - 1.0) * (time.perf_counter() - t0))
 
 
 def _drop_axis(a: Any, view: tuple[int, int] | None) -> Any:
@@ -127,21 +164,24 @@ class OpPlan:
         if data is not None:
             out.val[...] = data[out.rect.lo[0]]
             return
+        t0 = time.perf_counter()
         t = self._tile(out, views, k, True, training=training, step=step)
         out.val[...] = tile_forward(self.op, t)
+        _throttle(self.cfg.devices[k], t0)
 
     def _color(self, view: Any) -> tuple:
         return view.region.color
 
     def _backward(self, out: Any, *views: Any, step: int, target: Any = None) -> Any:
         k = self.index[self._color(out)]
+        t0 = time.perf_counter()
         op, nin = self.op, len(self.ins)
         t = self._tile(out, views, k, False, step=step)
         y = out.val
         result = None
         if self.is_last:
             ex = self.ex
-            tt = target[t.out.lo[0]:t.out.hi[0]] if ex.sparse else target[t.out.to_slices()]
+            tt = target[t.out.to_slices()[:-1]] if ex.sparse else target[t.out.to_slices()]
             loss, g, of_input = loss_gradient(ex.loss, op, t.out, y, tt, ex.batch)
             result = {"loss": loss, **metric_sums(ex.metrics, y, tt, ex.sparse, ex.features)}
             if of_input:
@@ -156,6 +196,7 @@ class OpPlan:
         for n, v in zip(self.pnames, views[nin:]):
             v.g[...] += dws[n]
         del self.cache[k]
+        _throttle(self.cfg.devices[k], t0)
         return result
 
 
@@ -190,15 +231,33 @@ class Executor:
             fields = {f: np.dtype(p.dtype) for f in ("w", "g", *optimizer.fields)}
             self.pregions[name] = Region(p.shape, fields, name=name)
             self.pregions[name].write("w", initial_value(p, seed))
+        self.plans: list[OpPlan] = []
+        self.set_strategy(strategy)
+
+    def set_strategy(self, strategy: Any) -> None:
+        """Re-partition and re-place every operator per ``strategy`` (for the
+        next launches; the regions, hence parameters, optimizer state and
+        values, stay and move where the new tiles need them). Batch-norm
+        running statistics carry over. Used by compile and by mappers that
+        change the strategy between iterations (AdaptiveMapper)."""
+        graph, model_id = self.graph, self.model_id
+        old = {pl.op.name: pl for pl in self.plans}
+        self.strategy = strategy
         self.plans = [OpPlan(self, op, strategy[op.name]) for op in graph.ops]
+        for pl in self.plans:
+            if pl.op.name in old:
+                pl.buffers = old[pl.op.name].buffers
         self.updates = []
-        u_fields = ("w", "g", *optimizer.fields)
+        u_fields = ("w", "g", *self.opt.fields)
+        sparse = {p.name for op in graph.ops if op.kind == "embedding"
+                  for p in op.params.values()}
         for name, tiles in weight_tiles(graph, strategy).items():
             part = Partition.by_rects(self.pregions[name], {(t,): r for t, (r, _) in
                                                             enumerate(tiles)})
             task = TaskFunction(self._update, [RW(*u_fields)], name=f"U({name})", kind="update")
             self.updates.append((part, task, LaunchOptions(f"U({name})", "update",
-                                                           (name, "U", model_id))))
+                                                           (name, "U", model_id)),
+                                 name in sparse))
         self.install_mapper()
 
     # -- mapper ------------------------------------------------------------------------
@@ -248,12 +307,24 @@ class Executor:
                                 **kw)
             if pl.is_last:
                 fm = f
-        for part, task, opts in self.updates:
-            lr.index_launch(task, part.colors, part, step + 1, launch_options=opts)
+        for part, task, opts, sparse in self.updates:
+            lr.index_launch(task, part.colors, part, step + 1, sparse, launch_options=opts)
         return fm
 
-    def _update(self, v: Any, step: int) -> None:
-        self.opt.update(v.w, v.g, {f: v[f] for f in self.opt.fields}, step)
+    def _update(self, v: Any, step: int, sparse: bool = False) -> None:
+        if not sparse:
+            self.opt.update(v.w, v.g, {f: v[f] for f in self.opt.fields}, step)
+            return
+        rows = np.flatnonzero((v.g != 0).any(axis=1))  # the rows this batch touched
+        if not rows.size:
+            return
+        w, g = v.w[rows], v.g[rows]
+        state = {f: v[f][rows] for f in self.opt.fields}
+        self.opt.update(w, g, state, step)
+        v.w[rows] = w
+        v.g[rows] = 0
+        for f, a in state.items():
+            v[f][rows] = a
 
     def output(self) -> np.ndarray:
         return self.regions[self.graph.ops[-1].name].read("val")

@@ -98,6 +98,18 @@ class Model:
         self._step = 0
         return self
 
+    def set_strategy(self, strategy: Any, machine: Any = None) -> None:
+        """Change the strategy of a compiled model between steps: the next
+        launches use the new partitions and placements, the data (parameters,
+        optimizer state) stays in its regions and moves where the new tiles
+        need it, so training continues with the same numbers."""
+        from .. import runtime as lr
+
+        ex = self._exec("set_strategy")
+        machine = machine or Machine.local(len(lr.get_runtime().devices))
+        self.strategy = resolve_strategy(strategy, self.graph, machine)
+        ex.set_strategy(self.strategy)
+
     def _exec(self, what: str) -> Executor:
         if self._ex is None:
             raise ModelError(f"{what} before compile: call model.compile(optimizer=..., "
@@ -131,7 +143,12 @@ class Model:
     def _targets(self, y: Any, n: int, what: str) -> np.ndarray:
         y = np.asarray(y)
         last = self.graph.ops[-1]
-        if self.loss == "sparse_categorical_crossentropy":
+        if self.loss == "sparse_categorical_crossentropy" and len(last.output_shape) > 2:
+            want_s = last.output_shape[1:-1]  # sequence output: one label per position
+            ok = y.shape[1:] == want_s
+            y = y.astype(np.int64) if ok else y
+            want = f"(N, {', '.join(map(str, want_s))}) integer labels"
+        elif self.loss == "sparse_categorical_crossentropy":
             ok = y.ndim == 1 or (y.ndim == 2 and y.shape[1] == 1)
             y = y.reshape(-1).astype(np.int64) if ok else y
             want = "(N,) integer class labels"
@@ -174,6 +191,9 @@ class Model:
             for xb, yb, _ in loader:
                 fm = ex.train_step(self._shards(xb), yb, self._step)
                 self._step += 1
+                hook = getattr(ex.rt.mapper, "after_step", None)
+                if hook is not None:  # e.g. AdaptiveMapper: may call set_strategy
+                    hook(self)
                 for r in fm.get():
                     for k, v in r.items():
                         sums[k] = sums.get(k, 0.0) + v

@@ -11,6 +11,17 @@ and A2).
 - :class:`TableCostModel`: a recorded JSON profile (same keys), so a profile
   taken on a GPU can drive simulation elsewhere.
 
+:meth:`MeasuredCostModel.local` connects the measured model to the real
+tile kernels (:func:`legionpy.optimizer.profile.tile_runner`: numpy on a CPU,
+CuPy on a GPU) with the on-disk cache :func:`default_cache_path`
+(``$LEGIONPY_CACHE/costs.json``, default ``~/.cache/legionpy/costs.json``).
+:func:`cost_model_from_spec` turns ``"analytic" | "measured" | FILE.json``
+(the ``--cost`` option of ``legionpy simulate``) into a model.
+
+Profile files (``legionpy profile --out FILE``) are either a bare table
+``{cost_key: [forward_s, backward_s]}`` or ``{"format": "legionpy-costs/1",
+"costs": {...}, ...metadata}``; :meth:`TableCostModel.from_json` reads both.
+
 Copies cost ``latency + bytes / bandwidth`` on each link they occupy
 (assumption A2). Every duration is at least ``MIN_DURATION`` seconds, which
 keeps the simulated schedule unique (see :mod:`legionpy.optimizer.simulator`).
@@ -30,9 +41,47 @@ from .machine import DeviceSpec, LinkSpec
 from .strategy import atomic_write_json
 
 __all__ = ["CostModel", "AnalyticCostModel", "MeasuredCostModel", "TableCostModel",
-           "cost_key", "MIN_DURATION"]
+           "cost_key", "MIN_DURATION", "default_cache_path", "cost_model_from_spec",
+           "COSTS_FORMAT"]
 
 MIN_DURATION = 1e-9  # seconds
+COSTS_FORMAT = "legionpy-costs/1"
+
+
+def default_cache_path() -> str:
+    """``$LEGIONPY_CACHE/costs.json`` (default ``~/.cache/legionpy/costs.json``)."""
+    root = os.environ.get("LEGIONPY_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                            "legionpy")
+    return os.path.join(root, "costs.json")
+
+
+def _read_table(path: str) -> dict[str, list[float]]:
+    """The cost table of a JSON file: bare, or wrapped as ``{"costs": {...}}``."""
+    with open(path) as f:
+        d = json.load(f)
+    if not isinstance(d, dict):
+        raise StrategyError(f"cost file {path!r} holds a {type(d).__name__}, expected a JSON "
+                            "object {cost_key: [forward_s, backward_s]}")
+    table = d["costs"] if isinstance(d.get("costs"), dict) else d
+    bad = [k for k, v in table.items() if not (isinstance(v, list) and len(v) == 2)]
+    if bad:
+        raise StrategyError(f"cost file {path!r}: entries {bad[:3]} are not "
+                            "[forward_s, backward_s] pairs")
+    return table
+
+
+def cost_model_from_spec(spec: str | None) -> CostModel:
+    """``"analytic"`` (or None) -> AnalyticCostModel; ``"measured"`` ->
+    :meth:`MeasuredCostModel.local` (real kernels, disk cache); a path ->
+    :meth:`TableCostModel.from_json`."""
+    if spec in (None, "analytic"):
+        return AnalyticCostModel()
+    if spec == "measured":
+        return MeasuredCostModel.local()
+    if os.path.exists(spec):
+        return TableCostModel.from_json(spec)
+    raise StrategyError(f"unknown cost model {spec!r}: use 'analytic', 'measured' or the path "
+                        "of a profile JSON written by `legionpy profile --out FILE`")
 
 
 def cost_key(op, out: Rect, device_kind: str) -> str:
@@ -113,8 +162,18 @@ class MeasuredCostModel(AnalyticCostModel):
         self.cache_path = cache_path
         self.table: dict[str, list[float]] = {}
         if cache_path and os.path.exists(cache_path):
-            with open(cache_path) as f:
-                self.table = json.load(f)
+            self.table = _read_table(cache_path)
+
+    @classmethod
+    def local(cls, cache_path: str | None = None, **analytic) -> MeasuredCostModel:
+        """Measured with the real tile kernels on this machine's devices
+        (:func:`legionpy.optimizer.profile.tile_runner`), cached in
+        ``cache_path`` (default :func:`default_cache_path`)."""
+        from .profile import tile_runner
+
+        path = cache_path or default_cache_path()
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        return cls(tile_runner, path, **analytic)
 
     @staticmethod
     def time_callable(fn: Callable[[], object], warmup: int = 2, repeats: int = 5) -> float:
@@ -139,11 +198,26 @@ class MeasuredCostModel(AnalyticCostModel):
                    self.time_callable(bwd, self.warmup, self.repeats)]
             self.table[key] = hit
             if self.cache_path:
-                atomic_write_json(self.cache_path, self.table)
+                self._write_cache()
         return max(MIN_DURATION, hit[0]), max(MIN_DURATION, hit[1])
 
-    def save(self, path: str) -> None:
-        atomic_write_json(path, self.table)
+    def _write_cache(self) -> None:
+        """Merge with what other processes cached meanwhile, write atomically."""
+        merged: dict = {}
+        if os.path.exists(self.cache_path):
+            try:
+                merged = _read_table(self.cache_path)
+            except (OSError, ValueError, StrategyError):
+                merged = {}
+        merged.update(self.table)
+        atomic_write_json(self.cache_path, merged)
+
+    def save(self, path: str, **metadata) -> None:
+        """Write the table (``metadata`` given: wrapped with ``format``)."""
+        if metadata:
+            atomic_write_json(path, {"format": COSTS_FORMAT, **metadata, "costs": self.table})
+        else:
+            atomic_write_json(path, self.table)
 
 
 class TableCostModel(MeasuredCostModel):
@@ -157,8 +231,8 @@ class TableCostModel(MeasuredCostModel):
 
     @classmethod
     def from_json(cls, path: str, fallback: bool = True) -> TableCostModel:
-        with open(path) as f:
-            return cls(json.load(f), fallback)
+        """Load a profile (bare table or ``{"costs": ...}``, see module docstring)."""
+        return cls(_read_table(path), fallback)
 
     def op_time(self, op, out, device):
         if not self.fallback and cost_key(op, out, device.kind) not in self.table:

@@ -72,3 +72,30 @@ def test_table_cost_model_drives_simulation(tmp_path):
     strict = TableCostModel({}, fallback=False)
     with pytest.raises(StrategyError, match="no entry"):
         strict.op_time(op, op.output_rect, m.devices[0])
+
+
+def test_table_from_wrapped_profile_and_spec(tmp_path):
+    from legionpy.optimizer.costmodel import cost_model_from_spec
+
+    g, op = _dense()
+    m = Machine.parse("p100:1x2")
+    key = cost_key(op, op.output_rect, "gpu")
+    path = tmp_path / "prof.json"
+    path.write_text(json.dumps({"format": "legionpy-costs/1", "model": "x",
+                                "costs": {key: [1e-3, 2e-3]}}))
+    t = cost_model_from_spec(str(path))
+    assert isinstance(t, TableCostModel)
+    assert t.op_time(op, op.output_rect, m.devices[1]) == (1e-3, 2e-3)
+    assert isinstance(cost_model_from_spec("analytic"), AnalyticCostModel)
+    with pytest.raises(StrategyError, match="unknown cost model"):
+        cost_model_from_spec("nope")
+
+
+def test_measured_local_uses_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("LEGIONPY_CACHE", str(tmp_path / "c"))
+    g, op = _dense()
+    cm = MeasuredCostModel.local()
+    f, b = cm.op_time(op, op.output_rect.split((4, 1))[0], Machine.local(2).devices[0])
+    assert f > 0 and b > 0
+    table = json.loads((tmp_path / "c" / "costs.json").read_text())
+    assert list(table) == [cost_key(op, op.output_rect.split((4, 1))[0], "cpu")]

@@ -1,0 +1,116 @@
+"""``legionpy profile MODEL``: measure the operator costs of a model's tiles
+on this machine's devices (DESIGN.md section 3; issue 9 item 3).
+
+    legionpy profile alexnet --scale small --out alexnet-cpu.json
+    legionpy simulate alexnet --scale small --cost alexnet-cpu.json
+
+For each tile the strategy needs (default ``data``; ``--strategy`` takes the
+names of :meth:`Strategy.resolve` or a strategy file, repeatable, and
+``--all`` adds data, model and owt) it runs the real forward and backward
+kernels on one local device of each kind (numpy on a CPU, CuPy on a GPU),
+2 warm-up + 5 timed runs, median, through
+:meth:`MeasuredCostModel.local` (so measurements are cached in
+``$LEGIONPY_CACHE/costs.json`` and a second run is instant). ``--out``
+writes the table with its metadata; :meth:`TableCostModel.from_json` (and
+``legionpy simulate --cost FILE``) loads it on any other machine.
+
+``--json`` prints ``{"model", "machine", "device_kinds", "strategies",
+"tiles", "profile_time_s", "total_forward_s", "total_backward_s", "costs":
+{cost_key: [forward_s, backward_s]}}``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..cli import command
+
+
+def _configure(p) -> None:
+    p.add_argument("model", help="a zoo model (see `legionpy models`)")
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--scale", choices=("small", "full"), default="small",
+                   help="zoo sizes: small (default, seconds on a CPU) or the paper's")
+    p.add_argument("--size", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a zoo size, e.g. --size hidden=256 (repeatable)")
+    p.add_argument("--machine", default="local",
+                   help="local (default: this process's devices) or local:N")
+    p.add_argument("--strategy", action="append", default=None,
+                   help="data (default), model, owt, expert or a strategy file (repeatable)")
+    p.add_argument("--all", action="store_true", help="also profile data, model and owt tiles")
+    p.add_argument("--cache", metavar="FILE", default=None,
+                   help="measurement cache (default $LEGIONPY_CACHE/costs.json)")
+    p.add_argument("--out", metavar="FILE", help="write the cost table (TableCostModel JSON)")
+
+
+def build_graph(args):
+    """The zoo graph of ``args.model`` with ``--scale``/``--size``/``--batch-size``."""
+    from ..errors import ModelError
+    from ..models import MODELS, graph
+    from ..models.training import parse_sizes
+
+    if args.model not in MODELS:
+        raise ModelError(f"unknown model {args.model!r}; the zoo has {sorted(MODELS)}")
+    sizes = parse_sizes(args.size)
+    if args.batch_size:
+        sizes["batch_size"] = args.batch_size
+    return graph(args.model, scale=args.scale, **sizes).graph
+
+
+def local_machine(spec: str):
+    """``local`` with the runtime's devices, or ``local:N`` CPU devices."""
+    from ..optimizer import Machine
+
+    if spec == "local":
+        from ..runtime import get_runtime
+
+        get_runtime()
+    return Machine.parse(spec)
+
+
+@command("profile", "measure the op costs of a model's tiles on this machine's devices")
+def _profile(args) -> dict:
+    from ..optimizer import Strategy
+    from ..optimizer.costmodel import COSTS_FORMAT, MeasuredCostModel, cost_key
+    from ..optimizer.profile import profile_model
+    from ..optimizer.strategy import atomic_write_json
+
+    g = build_graph(args)
+    machine = local_machine(args.machine)
+    names = list(args.strategy or ["data"])
+    if args.all:
+        names += [n for n in ("data", "model", "owt") if n not in names]
+    strategies = [Strategy.resolve(n, g, machine) for n in names]
+    cm = MeasuredCostModel.local(args.cache)
+    t0 = time.perf_counter()
+    table = profile_model(g, machine, strategies, cm)
+    took = time.perf_counter() - t0
+    kinds = sorted({d.kind for d in machine.devices})
+    out = {"model": args.model, "machine": machine.name, "device_kinds": kinds,
+           "strategies": names, "tiles": len(table), "profile_time_s": took,
+           "total_forward_s": sum(v[0] for v in table.values()),
+           "total_backward_s": sum(v[1] for v in table.values()), "costs": table}
+    if args.out:
+        meta = {k: v for k, v in out.items() if k != "costs"}
+        atomic_write_json(args.out, {"format": COSTS_FORMAT, **meta, "costs": table})
+    by_op: dict[str, list[float]] = {}
+    for op in g.ops:
+        for k in kinds:
+            for tile in op.output_rect.split(strategies[0][op.name].degrees):
+                v = table.get(cost_key(op, tile, k))
+                if v is not None:
+                    acc = by_op.setdefault(f"{op.name} [{k}]", [0.0, 0.0])
+                    acc[0] += v[0]
+                    acc[1] += v[1]
+    lines = [f"{args.model} on {machine.name}: {len(table)} tile costs measured "
+             f"({', '.join(kinds)}) for {', '.join(names)} in {took:.2f} s"]
+    lines.append(f"  {'op [kind]':<32} {'forward ms':>11} {'backward ms':>12}  "
+                 f"(sum over {names[0]}'s tiles)")
+    for name, (f, b) in by_op.items():
+        lines.append(f"  {name:<32} {f * 1e3:>11.3f} {b * 1e3:>12.3f}")
+    if args.out:
+        lines.append(f"  wrote {args.out} (use: legionpy simulate ... --cost {args.out})")
+    return {"text": "\n".join(lines), **out}
+
+
+_profile.configure = _configure

@@ -1,0 +1,328 @@
+"""AdaptiveMapper: the hardware scheduling assistants of Intel's "Automatic
+Model Parallelism for Deep Neural Networks with Compiler and Hardware
+Support" (section 3, "Hardware Support: Scheduling Assistants"), in software.
+
+The paper's compiler tags each dataflow node *compute-bound*, *memory-bound*
+or *network-bound*; at run time an assistant per device watches its
+utilisation and, when a device stays above a threshold theta (95% in the
+paper) it puts one of its nodes of the matching tag in an *out-box*, which a
+device below gamma (50%) acquires. Here:
+
+- **tags** (:func:`op_tags`, the compiler's part): for every operator, from
+  the cost model and the machine model, the seconds its tiles would spend on
+  arithmetic (``flops / peak``), on memory traffic (``bytes / mem_bw``) and
+  on the network (bytes of the input pieces and weight replicas that must
+  cross devices under the current strategy, over the slowest link of the
+  machine); the largest names the bound.
+- **observation** (:meth:`AdaptiveMapper.observe`): after every training step
+  (``Model.fit`` calls :meth:`AdaptiveMapper.after_step`), the runtime trace
+  of that step gives each device's busy seconds (compute and update tasks)
+  and the step's span; utilisation = busy / span. Under MPI every rank's
+  figures are merged (allgather), so every rank decides the same.
+- **migration** (:meth:`AdaptiveMapper.propose`, a pure function): when for
+  ``patience`` consecutive steps one device is above ``high`` while another
+  is below ``low``, the busiest device's out-box is the tiles it runs of the
+  ops whose tag dominates its modelled time (network-bound ops last: moving
+  them adds traffic); the idlest device takes the tile that best evens the
+  pair, predicted with each device's observed slowness (observed busy /
+  modelled busy), and only if the busier of the two gets faster by at least
+  ``min_gain`` (so tiles never ping-pong). Up to ``max_moves`` tiles per
+  decision; then the observation window restarts.
+- **effect**: a move is a new :class:`~legionpy.optimizer.Strategy` (same
+  degrees, one tile on another device), installed with
+  ``Model.set_strategy``: the nn layer re-partitions and re-places, the
+  StrategyMapper (this class's base) maps the next step's points by it and
+  the coherence machinery moves the data. The numbers are those of any
+  strategy: the same as the static run up to float summation order.
+
+Example::
+
+    lp.init(cpus=4)
+    mapper = AdaptiveMapper(high=0.9, low=0.5)
+    lp.runtime().set_mapper(mapper)
+    model.compile(optimizer=..., strategy="data")
+    model.fit(x, y, epochs=3)           # rebalances between steps
+    mapper.history[-1]["util"], mapper.moves
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from ..optimizer.costmodel import AnalyticCostModel, CostModel
+from ..optimizer.strategy import ParallelConfig, Strategy
+from .strategy import StrategyMapper, weight_tiles
+
+__all__ = ["AdaptiveMapper", "Move", "op_tags", "modelled_busy", "BOUNDS"]
+
+BOUNDS = ("compute", "memory", "network")
+
+
+@dataclass(frozen=True)
+class Move:
+    """Tile ``tile`` of op ``op`` moved from device ``src`` to ``dst`` after
+    step ``step``; ``tag``: the op's bound; ``predicted``: (busy of src, busy
+    of dst) in seconds expected after the move."""
+
+    step: int
+    op: str
+    tile: int
+    src: int
+    dst: int
+    tag: str
+    predicted: tuple[float, float]
+
+
+def _network_bytes(graph: Any, strategy: Strategy, op: Any, k: int, tile: Any) -> float:
+    """Bytes tile ``k`` of ``op`` receives from other devices per iteration
+    (input pieces, and twice a replicated weight tile: broadcast + gradient)."""
+    dev = strategy[op.name].devices[k]
+    total = 0.0
+    for i, ref in enumerate(op.inputs):
+        need = ref.to_base(op.input_rect(i, tile))
+        pcfg = strategy[ref.op.name]
+        item = 4 if ref.op.dtype.endswith("32") else 8
+        for j, ptile in enumerate(ref.op.output_rect.split(pcfg.degrees)):
+            if pcfg.devices[j] != dev:
+                total += (need & ptile).volume * item
+    if op.params:
+        cfg = strategy[op.name]
+        homes: dict = {}
+        for kk, t in enumerate(op.output_rect.split(cfg.degrees)):
+            for pname in op.params:
+                homes.setdefault((pname, op.weight_rect(pname, t)), cfg.devices[kk])
+        for pname in op.params:
+            if homes[(pname, op.weight_rect(pname, tile))] != dev:
+                total += 2.0 * op.weight_rect(pname, tile).volume * 4
+    return total
+
+
+def op_tags(graph: Any, strategy: Strategy, machine: Any) -> dict[str, str]:
+    """``{op name: "compute" | "memory" | "network"}``: the largest of the
+    op's arithmetic, memory and network seconds summed over its tiles (see
+    the module docstring). Input operators are tagged "memory"."""
+    link_bw = min((ln.bandwidth for ln in machine.links), default=math.inf)
+    tags = {}
+    for op in graph.ops:
+        cfg = strategy[op.name]
+        c = m = n = 0.0
+        for k, tile in enumerate(op.output_rect.split(cfg.degrees)):
+            d = machine.devices[cfg.devices[k]]
+            ff, fb = op.flops(tile)
+            bf, bb = op.bytes(tile)
+            c += (ff + fb) / d.flops
+            m += (bf + bb) / d.mem_bw
+            n += _network_bytes(graph, strategy, op, k, tile) / link_bw
+        tags[op.name] = "memory" if op.kind == "input" else BOUNDS[max(range(3),
+                                                                     key=(c, m, n).__getitem__)]
+    return tags
+
+
+def modelled_busy(graph: Any, strategy: Strategy, machine: Any,
+                  cost: CostModel) -> tuple[dict[int, float], dict[tuple[str, int], float]]:
+    """``(busy per device, seconds per (op, tile))`` the cost model predicts
+    for the compute and update tasks of one iteration (no waiting)."""
+    busy = {d.id: 0.0 for d in machine.devices}
+    tiles: dict[tuple[str, int], float] = {}
+    for op in graph.ops:
+        if op.kind == "input":
+            continue
+        cfg = strategy[op.name]
+        for k, tile in enumerate(op.output_rect.split(cfg.degrees)):
+            dev = cfg.devices[k]
+            f, b = cost.op_time(op, tile, machine.devices[dev])
+            tiles[(op.name, k)] = f + b
+            busy[dev] += f + b
+    params = graph.parameters()
+    for pname, homes in weight_tiles(graph, strategy).items():
+        for rect, home in homes:
+            busy[home] += cost.update_time(params[pname], rect, machine.devices[home])
+    return busy, tiles
+
+
+class AdaptiveMapper(StrategyMapper):
+    """A StrategyMapper that re-balances tiles between training steps.
+
+    ``machine``: the optimizer's model of the runtime's devices (default
+    ``Machine.local(n)`` on first use); ``cost``: the cost model for tags and
+    predictions (default analytic; :meth:`MeasuredCostModel.local` for
+    measured tiles); ``high``/``low``: the paper's theta and gamma as
+    fractions of the step's span (defaults 0.9 and 0.5: a traced step
+    includes waits, so 95% is rarely reached in software); ``patience``:
+    consecutive steps the condition must hold; ``max_moves``: tiles moved per
+    decision; ``min_gain``: the least relative gain of a move; ``enabled``:
+    False observes only (the static baseline with the same overhead).
+
+    ``history``: one dict per observed step ``{"step", "busy", "util",
+    "span", "moved"}``; ``moves``: every :class:`Move`."""
+
+    def __init__(self, machine: Any = None, cost: CostModel | None = None, high: float = 0.9,
+                 low: float = 0.5, patience: int = 2, max_moves: int = 1,
+                 min_gain: float = 0.02, enabled: bool = True) -> None:
+        super().__init__()
+        if not 0 < low < high:
+            raise ValueError(f"AdaptiveMapper needs 0 < low < high, got low={low}, "
+                             f"high={high}")
+        self.machine = machine
+        self.cost = cost or AnalyticCostModel()
+        self.high, self.low = float(high), float(low)
+        self.patience, self.max_moves = max(1, int(patience)), max(1, int(max_moves))
+        self.min_gain, self.enabled = float(min_gain), bool(enabled)
+        self.history: list[dict] = []
+        self.moves: list[Move] = []
+        self._window: list[dict] = []
+        self._own_trace = False
+        self._last_id = -1
+        self._step = 0
+
+    # -- observation ---------------------------------------------------------------------
+    def observe(self, records: list[dict], num_devices: int) -> dict:
+        """``{"busy": {dev: s}, "span": s, "util": {dev: busy / span}}`` of one
+        step's trace records (compute and update tasks count as busy; fills
+        and untimed ops are ignored; copies only widen the span)."""
+        busy = {d: 0.0 for d in range(num_devices)}
+        lo, hi = math.inf, -math.inf
+        for r in records:
+            if r.get("failed") or (r.get("device") is None and r.get("link") is None):
+                continue
+            lo, hi = min(lo, r["start"]), max(hi, r["end"])
+            if r.get("device") is not None and r.get("kind") in ("compute", "update"):
+                busy[r["device"]] = busy.get(r["device"], 0.0) + r["end"] - r["start"]
+        busy = _merge_ranks(busy)
+        span = _merge_span(hi - lo if hi > lo else 0.0)
+        util = {d: (b / span if span > 0 else 0.0) for d, b in busy.items()}
+        return {"busy": busy, "span": span, "util": util}
+
+    def _records(self, rt: Any) -> list[dict]:
+        tr = rt.trace
+        if not tr.enabled:
+            tr.start(clear=True)
+            self._own_trace = True
+            return []
+        if self._own_trace:
+            recs = tr.records()
+            tr.clear()
+            return recs
+        recs = [r for r in tr.records() if r["id"] > self._last_id]
+        if recs:
+            self._last_id = max(r["id"] for r in recs)
+        return recs
+
+    # -- decision ------------------------------------------------------------------------
+    def propose(self, graph: Any, strategy: Strategy, busy: dict[int, float], span: float,
+                step: int = 0) -> tuple[Strategy, list[Move]]:
+        """The strategy after this step's migrations (``strategy`` itself and
+        no moves when the thresholds do not call for one). Pure: a function
+        of its arguments and the mapper's settings."""
+        machine = self._machine()
+        if span <= 0:
+            return strategy, []
+        model, tile_cost = modelled_busy(graph, strategy, machine, self.cost)
+        known = [busy[d] / model[d] for d in busy if model.get(d, 0) > 0 and busy[d] > 0]
+        r_default = statistics.median(known) if known else 1.0
+        slow = {d: (busy[d] / model[d] if model.get(d, 0) > 0 and busy[d] > 0 else r_default)
+                for d in busy}
+        tags = op_tags(graph, strategy, machine)
+        pred = dict(busy)
+        moves: list[Move] = []
+        for _ in range(self.max_moves):
+            hot = [d for d in pred if pred[d] / span > self.high]
+            cold = [d for d in pred if pred[d] / span < self.low]
+            if not hot or not cold:
+                break
+            src = max(hot, key=lambda d: (pred[d], -d))
+            dst = min(cold, key=lambda d: (pred[d], d))
+            share = {t: 0.0 for t in BOUNDS}
+            for (name, k), c in tile_cost.items():
+                if strategy[name].devices[k] == src:
+                    share[tags[name]] += c
+            order = sorted(("compute", "memory"), key=lambda t: -share[t]) + ["network"]
+            best = None
+            for tag in order:  # the out-box of the dominant bound first
+                for op in graph.ops:
+                    if tags[op.name] != tag or op.kind == "input":
+                        continue
+                    for k, dev in enumerate(strategy[op.name].devices):
+                        if dev != src:
+                            continue
+                        c = tile_cost[(op.name, k)]
+                        new_src, new_dst = pred[src] - slow[src] * c, pred[dst] + slow[dst] * c
+                        score = max(new_src, new_dst)
+                        if best is None or score < best[0]:
+                            best = (score, op.name, k, tag, new_src, new_dst)
+                if best is not None and best[0] < pred[src] * (1 - self.min_gain):
+                    break
+                best = None
+            if best is None:
+                break
+            _, name, k, tag, new_src, new_dst = best
+            cfg = strategy[name]
+            devs = list(cfg.devices)
+            devs[k] = dst
+            strategy = strategy.with_config(name, ParallelConfig(cfg.degrees, tuple(devs)))
+            pred[src], pred[dst] = new_src, new_dst
+            moves.append(Move(step, name, k, src, dst, tag, (new_src, new_dst)))
+        return strategy, moves
+
+    def after_step(self, model: Any) -> list[Move]:
+        """Called by ``Model.fit`` after each step: fence, read the step's
+        trace, and (when enabled and the thresholds call for it) install the
+        re-balanced strategy with ``model.set_strategy``."""
+        from ..runtime import get_runtime
+
+        rt = get_runtime()
+        rt.fence()
+        step, self._step = self._step, self._step + 1
+        recs = self._records(rt)
+        if not recs:
+            return []
+        obs = self.observe(recs, len(rt.devices))
+        obs.update(step=step, moved=[])
+        self.history.append(obs)
+        self._window.append(obs)
+        self._window = self._window[-self.patience:]
+        if not self.enabled or len(self._window) < self.patience:
+            return []
+        if not all(any(u > self.high for u in o["util"].values())
+                   and any(u < self.low for u in o["util"].values()) for o in self._window):
+            return []
+        busy = {d: statistics.fmean(o["busy"][d] for o in self._window) for d in obs["busy"]}
+        span = statistics.fmean(o["span"] for o in self._window)
+        new, moves = self.propose(model.graph, model.strategy, busy, span, step)
+        if moves:
+            model.set_strategy(new, self._machine())
+            self.moves.extend(moves)
+            obs["moved"] = moves
+            self._window = []
+        return moves
+
+    def _machine(self) -> Any:
+        if self.machine is None:
+            from ..optimizer import Machine
+
+            self.machine = Machine.local(len(self.devices))
+        return self.machine
+
+
+def _merge_ranks(busy: dict[int, float]) -> dict[int, float]:
+    """Sum per-device busy seconds over MPI ranks (each traces its own)."""
+    from ..runtime.mpi import cluster, launched_under_mpi
+
+    if not launched_under_mpi():
+        return busy
+    out: dict[int, float] = {}
+    for part in cluster().coll.allgather(busy):
+        for d, b in part.items():
+            out[d] = out.get(d, 0.0) + b
+    return out
+
+
+def _merge_span(span: float) -> float:
+    from ..runtime.mpi import cluster, launched_under_mpi
+
+    if not launched_under_mpi():
+        return span
+    return max(cluster().coll.allgather(span))

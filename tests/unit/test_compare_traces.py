@@ -1,0 +1,65 @@
+"""`legionpy compare-traces`: both Chrome-trace dialects, busy times, the PNG."""
+
+from __future__ import annotations
+
+import json
+
+from legionpy.cli import main
+from legionpy.commands.compare_traces import compare, load_timeline
+from legionpy.optimizer.trace import chrome_trace
+
+
+def _sim():
+    return chrome_trace([
+        {"name": "F0", "device": "cpu0", "start_s": 0.0, "end_s": 0.002, "kind": "compute"},
+        {"name": "F1", "device": "cpu1", "start_s": 0.0, "end_s": 0.001, "kind": "compute"},
+        {"name": "X", "device": "cpu1->cpu0", "start_s": 0.001, "end_s": 0.0015, "kind": "copy"},
+        {"name": "B0", "device": "cpu0", "start_s": 0.002, "end_s": 0.003, "kind": "compute"},
+    ])
+
+
+def _real():
+    """The runtime's dialect: pid = rank, named tids, the record under args."""
+    ev = []
+    for i, (dev, link, s, e, kind) in enumerate([
+            (0, None, 10.0, 10.0025, "compute"), (1, None, 10.0, 10.0012, "compute"),
+            (None, [1, 0], 10.0012, 10.0020, "copy"), (0, None, 10.003, 10.004, "compute"),
+            (None, [-1, 0], 10.0, 10.0001, "copy")]):
+        ev.append({"name": f"t{i}", "cat": kind, "ph": "X", "ts": s * 1e6, "dur": (e - s) * 1e6,
+                   "pid": 0, "tid": i, "args": {"device": dev, "link": link, "kind": kind}})
+    ev.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "device 0"}})
+    return {"traceEvents": ev}
+
+
+def test_rows_are_normalised_in_both_dialects():
+    sim, real = load_timeline(_sim()), load_timeline(_real())
+    assert {t["row"] for t in sim} == {"dev 0", "dev 1", "link 1->0"}
+    assert {t["row"] for t in real} == {"dev 0", "dev 1", "link 1->0", "link host->0"}
+    assert min(t["start_s"] for t in real) == 0.0  # shifted to start at 0
+    r = compare(sim, real)
+    assert abs(r["sim_makespan_s"] - 0.003) < 1e-12 and abs(r["real_makespan_s"] - 0.004) < 1e-9
+    assert abs(r["rows"]["dev 0"]["sim_busy_s"] - 0.003) < 1e-12
+    assert abs(r["rows"]["dev 0"]["real_busy_s"] - 0.0035) < 1e-9
+    assert r["rows"]["link host->0"]["sim_busy_s"] == 0.0
+
+
+def test_node_gpu_names_and_window():
+    tr = chrome_trace([{"name": "a", "device": "n0gpu0", "start_s": 0, "end_s": 1},
+                       {"name": "b", "device": "n0gpu1", "start_s": 0, "end_s": 1},
+                       {"name": "c", "device": "n0gpu0->n0gpu1", "start_s": 1, "end_s": 2}])
+    assert {t["row"] for t in load_timeline(tr)} == {"dev 0", "dev 1", "link 0->1"}
+    cut = load_timeline(_real(), window=(0.0029, 0.01))
+    assert [t["name"] for t in cut] == ["t3"] and cut[0]["start_s"] == 0.0
+
+
+def test_command_png_and_json(tmp_path, capsys):
+    s, r = tmp_path / "sim.json", tmp_path / "real.json"
+    s.write_text(json.dumps(_sim()))
+    r.write_text(json.dumps(_real()))
+    png = tmp_path / "out.png"
+    assert main(["compare-traces", str(s), str(r), "--png", str(png), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert png.stat().st_size > 1000 and out["png"] == str(png)
+    assert set(out["rows"]) >= {"dev 0", "dev 1"} and out["relative_error"] < 0
+    assert main(["compare-traces", str(s), str(r)]) == 0
+    assert "makespan" in capsys.readouterr().out
