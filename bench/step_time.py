@@ -8,7 +8,12 @@ device, one ``fit`` step (F, B and U tasks, lazy gradient fills, reduction
 buffers) plus a fence. PyTorch: forward, cross-entropy, backward and an SGD
 step with the same shapes. Both run with ``--threads`` BLAS/torch threads.
 
-    python bench/step_time.py [--threads 1] [--repeat 3] [--skip-cnn]
+A third case is the LSTM of REFERENCE.md: 2 layers, hidden 256, 20 steps,
+batch 32, input 256, a classifier on the last state. Ours: one ``lstm`` cell
+op per step (40 cells sharing their layer's weights) through the same nn
+path; PyTorch: ``nn.LSTM`` + linear + cross-entropy + SGD step.
+
+    python bench/step_time.py [--threads 1] [--repeat 3] [--skip-cnn] [--only-lstm]
 
 Prints milliseconds per step and the ratio ours / torch.
 """
@@ -35,6 +40,7 @@ except ImportError:
     torch = None
 
 MLP = (1024, 2048, 10)
+LSTM = {"layers": 2, "hidden": 256, "steps": 20, "batch": 32}
 
 
 def build_cnn(m):
@@ -56,10 +62,42 @@ def build_mlp(m):
     return m.softmax(m.dense(t, MLP[2], name="fc2"), name="softmax")
 
 
-def ours(build, x, y, repeat: int) -> float:
+def build_lstm(m):
+    h, steps = LSTM["hidden"], LSTM["steps"]
+    x = m.input((steps, h), name="x")
+    state, first = [None] * LSTM["layers"], [None] * LSTM["layers"]
+    for t in range(steps):
+        inp = x.select(1, t)
+        for layer in range(LSTM["layers"]):
+            s = m.lstm(inp, state[layer], h, share=first[layer], name=f"lstm{layer}.t{t}")
+            first[layer] = first[layer] or s
+            state[layer], inp = s, s.h
+    return m.softmax(m.dense(inp, 10, name="fc"), name="softmax")
+
+
+def theirs_lstm(x, y, repeat: int) -> float | None:
+    if torch is None:
+        return None
+    h = LSTM["hidden"]
+    rnn, fc = torch.nn.LSTM(h, h, LSTM["layers"], batch_first=True), torch.nn.Linear(h, 10)
+    opt = torch.optim.SGD([*rnn.parameters(), *fc.parameters()], lr=0.01, momentum=0.9)
+    xt, yt = torch.tensor(x), torch.tensor(y)
+    best = float("inf")
+    for _ in range(repeat + 1):
+        t0 = time.perf_counter()
+        out, _ = rnn(xt)
+        loss = F.cross_entropy(fc(out[:, -1]), yt)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e3
+
+
+def ours(build, x, y, repeat: int, batch: int = KB.BATCH) -> float:
     lp.init(cpus=1, executor="serial")
     try:
-        m = lp.nn.Model(batch_size=KB.BATCH)
+        m = lp.nn.Model(batch_size=batch)
         build(m)
         m.compile(optimizer=lp.nn.SGD(lr=0.01, momentum=0.9), strategy="data")
         best = float("inf")
@@ -117,6 +155,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-cnn", action="store_true")
+    ap.add_argument("--only-lstm", action="store_true")
     args = ap.parse_args()
     if torch is not None:
         torch.set_num_threads(args.threads)
@@ -127,7 +166,15 @@ def main() -> None:
         cases.insert(0, ("alexnet-like 3x64x64", build_cnn, (KB.BATCH,) + KB.CONVS[0][1]))
     print(f"one training step, batch {KB.BATCH}, {args.threads} thread(s), best of "
           f"{args.repeat}")
+    if args.only_lstm:
+        cases = []
     with threadpool_limits(args.threads):
+        xl = rng.standard_normal((LSTM["batch"], LSTM["steps"], LSTM["hidden"])).astype(
+            np.float32)
+        yl = rng.integers(0, 10, LSTM["batch"])
+        KB.row("lstm 2x256, seq 20 (cells)", ours(build_lstm, xl, yl, args.repeat,
+                                                   LSTM["batch"]),
+               theirs_lstm(xl, yl, args.repeat))
         for name, build, shape in cases:
             x = rng.standard_normal(shape).astype(np.float32)
             a = ours(build, x, y, args.repeat)

@@ -1,31 +1,70 @@
-"""The model zoo: ``models.NAME(batch_size=..., **sizes)`` returns a
-:class:`ZooModel` whose ``.graph`` is the operator graph at the paper's
-shapes by default (nothing allocated). The layer-API session will make these
-return ``nn.Model`` objects built by the same ``build_*`` functions, which
-only use the layer methods shared by :class:`~legionpy.optimizer.graph.Graph`
-and ``nn.Model``.
+"""The model zoo: ``models.NAME(batch_size=..., scale="full", seed=0, **sizes)``
+returns an uncompiled :class:`legionpy.nn.Model` whose ``.graph`` is the
+operator graph. ``scale="full"`` (default) gives the paper's shapes, with
+nothing allocated until ``compile``; ``scale="small"`` starts from
+:data:`SMALL`, sizes that train in seconds on a CPU; keyword sizes override
+either (they go to the ``build_*`` function, e.g. ``hidden=``, ``steps=``,
+``width=``, ``image_size=``). ``model.outputs`` is what the builder returned
+(the final softmax ref); ``model.zoo_name`` the zoo name.
+
+The ``build_*`` functions only use layer methods that
+:class:`~legionpy.optimizer.graph.Graph` and ``nn.Model`` share, so the
+optimizer can also build a bare graph (:func:`graph`) without the layer API.
 
 >>> from legionpy import models
->>> models.alexnet().graph.num_parameters()
+>>> models.alexnet().num_parameters()
 61100840
+>>> m = models.rnntc(batch_size=8, scale="small")
+>>> m.graph.ops[-1].output_shape
+(8, 2)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from ..errors import GraphError
 from ..optimizer.graph import Graph
 from .cnn import build_alexnet, build_inception_v3, build_lenet, build_resnet101, build_vgg16
 from .rnn import build_nmt, build_rnnlm, build_rnntc, build_transformer
 
-__all__ = ["ZooModel", "MODELS", "lenet", "alexnet", "vgg16", "inception_v3", "resnet101",
-           "rnntc", "rnnlm", "nmt", "transformer", "build"]
+__all__ = ["ZooModel", "MODELS", "BUILDERS", "SMALL", "lenet", "alexnet", "vgg16",
+           "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt", "transformer", "build",
+           "graph", "sizes_for"]
+
+#: name -> (builder, the paper's batch size)
+BUILDERS: dict[str, tuple[Callable, int]] = {
+    "lenet": (build_lenet, 64), "alexnet": (build_alexnet, 256), "vgg16": (build_vgg16, 64),
+    "inception_v3": (build_inception_v3, 64), "resnet101": (build_resnet101, 64),
+    "rnntc": (build_rnntc, 64), "rnnlm": (build_rnnlm, 64), "nmt": (build_nmt, 64),
+    "transformer": (build_transformer, 64),
+}
+
+#: sizes (and batch) of ``scale="small"``: each trains a step in well under a
+#: second on one CPU core, and the synthetic tasks of :mod:`legionpy.data`
+#: are learnable at these sizes.
+SMALL: dict[str, dict[str, Any]] = {
+    "lenet": {"batch_size": 16, "image_size": 28},
+    "alexnet": {"batch_size": 16, "image_size": 67, "width": 0.125, "hidden": 128,
+                "num_classes": 4},
+    "vgg16": {"batch_size": 16, "image_size": 32, "width": 0.125, "hidden": 64,
+              "num_classes": 4},
+    "inception_v3": {"batch_size": 8, "image_size": 75, "width": 0.0625, "num_classes": 4},
+    "resnet101": {"batch_size": 8, "image_size": 32, "width": 0.125, "blocks": (1, 1, 1, 1),
+                  "num_classes": 10},
+    "rnntc": {"batch_size": 16, "steps": 8, "hidden": 32, "layers": 2, "vocab": 32},
+    "rnnlm": {"batch_size": 16, "steps": 8, "hidden": 64, "layers": 2, "vocab": 32},
+    "nmt": {"batch_size": 16, "steps": 6, "hidden": 32, "layers": 1, "vocab": 16},
+    "transformer": {"batch_size": 8, "seq": 8, "d_model": 32, "ff": 64, "layers": 2,
+                    "vocab": 32},
+}
 
 
 @dataclass
 class ZooModel:
-    """A built zoo model: ``name``, ``graph``, ``outputs`` (the final refs)."""
+    """A bare zoo graph (``name``, ``graph``, ``outputs``), from :func:`graph`."""
 
     name: str
     graph: Graph
@@ -35,34 +74,74 @@ class ZooModel:
         return self.graph.num_parameters()
 
 
-def _maker(name: str, fn: Callable, batch: int) -> Callable[..., ZooModel]:
-    def make(batch_size: int = batch, **sizes) -> ZooModel:
-        g = Graph(batch_size, name=name)
-        return ZooModel(name, g, fn(g, **sizes))
+def sizes_for(name: str, scale: str = "full", **sizes: Any) -> dict[str, Any]:
+    """The keyword sizes (batch_size included) ``NAME(scale=..., **sizes)`` uses."""
+    if name not in BUILDERS:
+        raise GraphError(f"unknown model {name!r}; models: {sorted(BUILDERS)}")
+    if scale not in ("full", "small"):
+        raise GraphError(f"scale must be 'full' or 'small', got {scale!r}")
+    out: dict[str, Any] = {"batch_size": BUILDERS[name][1]}
+    if scale == "small":
+        out.update(SMALL[name])
+    out.update({k: v for k, v in sizes.items() if v is not None})
+    return out
+
+
+def _split(name: str, scale: str, sizes: dict) -> tuple[Callable, int, dict]:
+    kw = sizes_for(name, scale, **sizes)
+    fn = BUILDERS[name][0]
+    batch = int(kw.pop("batch_size"))
+    allowed = fn.__code__.co_varnames[1:fn.__code__.co_argcount]
+    bad = sorted(set(kw) - set(allowed))
+    if bad:
+        raise GraphError(f"{name}: unknown size argument(s) {bad}; it takes {list(allowed)}")
+    return fn, batch, kw
+
+
+def graph(name: str, scale: str = "full", **sizes: Any) -> ZooModel:
+    """A bare operator graph of zoo model ``name`` (no layer API involved)."""
+    fn, batch, kw = _split(name, scale, sizes)
+    g = Graph(batch, name=name)
+    return ZooModel(name, g, fn(g, **kw))
+
+
+def _maker(name: str) -> Callable[..., Any]:
+    fn, batch = BUILDERS[name]
+
+    def make(batch_size: int | None = None, scale: str = "full", seed: int = 0,
+             **sizes: Any) -> Any:
+        from ..nn import Model
+
+        fn_, b, kw = _split(name, scale, {"batch_size": batch_size, **sizes})
+        m = Model(b, seed=seed, name=name)
+        m.outputs = fn_(m, **kw)
+        m.zoo_name = name
+        return m
 
     make.__name__ = name
-    make.__doc__ = (f"{name} at the paper's shapes (batch {batch}); keyword sizes go to "
-                    f"``{fn.__name__}``: {fn.__code__.co_varnames[1:fn.__code__.co_argcount]}")
+    allowed = fn.__code__.co_varnames[1:fn.__code__.co_argcount]
+    make.__doc__ = (f"{name} as an uncompiled nn.Model, the paper's shapes by default "
+                    f"(batch {batch}); ``scale='small'`` uses SMALL[{name!r}]; keyword "
+                    f"sizes go to ``{fn.__name__}``: {', '.join(allowed)}.")
     return make
 
 
-lenet = _maker("lenet", build_lenet, 64)
-alexnet = _maker("alexnet", build_alexnet, 256)
-vgg16 = _maker("vgg16", build_vgg16, 64)
-inception_v3 = _maker("inception_v3", build_inception_v3, 64)
-resnet101 = _maker("resnet101", build_resnet101, 64)
-rnntc = _maker("rnntc", build_rnntc, 64)
-rnnlm = _maker("rnnlm", build_rnnlm, 64)
-nmt = _maker("nmt", build_nmt, 64)
-transformer = _maker("transformer", build_transformer, 64)
+lenet = _maker("lenet")
+alexnet = _maker("alexnet")
+vgg16 = _maker("vgg16")
+inception_v3 = _maker("inception_v3")
+resnet101 = _maker("resnet101")
+rnntc = _maker("rnntc")
+rnnlm = _maker("rnnlm")
+nmt = _maker("nmt")
+transformer = _maker("transformer")
 
 MODELS = {f.__name__: f for f in (lenet, alexnet, vgg16, inception_v3, resnet101, rnntc,
                                   rnnlm, nmt, transformer)}
 
 
-def build(name: str, **kw) -> ZooModel:
-    """``build("alexnet", batch_size=32)``."""
-    from ..errors import GraphError
+def build(name: str, **kw: Any) -> Any:
+    """``build("alexnet", batch_size=32)``: ``MODELS[name](**kw)``."""
     if name not in MODELS:
         raise GraphError(f"unknown model {name!r}; models: {sorted(MODELS)}")
     return MODELS[name](**kw)

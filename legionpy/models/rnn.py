@@ -3,6 +3,13 @@ REFERENCE.md): RNNTC (4 LSTM layers, hidden 1024), RNNLM (2 layers, hidden
 2048), NMT (2 + 2 layers, hidden 1024, attention, softmax over 32k words),
 all unrolled 40 steps, and a Transformer encoder stack.
 
+Every builder ends in ONE softmax with the loss, so the model trains with
+:class:`legionpy.nn.Model` (whose last op carries the loss): the per-step
+outputs of RNNLM and NMT are concatenated into ``(N, T, H)`` (one ``concat``
++ ``reshape``) and projected by one dense layer to ``(N, T, vocab)``; their
+targets are token ids ``(N, T)``. RNNTC classifies from the last step's top
+state, targets ``(N,)``.
+
 Each LSTM step is its own op (one cell = one time step, as FlexFlow's NMT);
 the cells of a layer share their Parameters (``share=`` the layer's first
 cell), so do the per-step embeddings and output projections. The
@@ -56,12 +63,13 @@ def build_rnnlm(b, steps: int = 40, hidden: int = 2048, layers: int = 2,
     tokens = b.input((steps,), dtype="int32", name="tokens")
     xs = _embed(b, tokens, steps, vocab, hidden, "embed")
     tops, _ = _stack(b, xs, layers, hidden, "lstm")
-    out, first = [], None
-    for t, s in enumerate(tops):
-        y = b.dense(s.h, vocab, share=first, name=f"proj.t{t}")
-        first = first or y
-        out.append(b.softmax(y, name=f"softmax.t{t}"))
-    return out
+    return _project(b, [s.h for s in tops], hidden, vocab)
+
+
+def _project(b, hs, hidden, vocab):
+    """Per-step (N, H) outputs -> softmax over (N, T, vocab), one projection."""
+    seq = b.reshape(b.concat(hs, axis=1, name="steps"), (len(hs), hidden), name="seq")
+    return b.softmax(b.dense(seq, vocab, name="proj"), name="softmax")
 
 
 def build_nmt(b, steps: int = 40, hidden: int = 1024, layers: int = 2, vocab: int = 32000):
@@ -72,14 +80,12 @@ def build_nmt(b, steps: int = 40, hidden: int = 1024, layers: int = 2, vocab: in
     keys = [s.h for s in enc]
     dec, _ = _stack(b, _embed(b, tgt, steps, vocab, hidden, "tgt_embed"), layers, hidden,
                     "dec", init=enc_last)
-    out, att0, proj0 = [], None, None
+    out, att0 = [], None
     for t, s in enumerate(dec):
         a = b.attention(s.h, keys, share=att0, name=f"attn.t{t}")
         att0 = att0 or a
-        y = b.dense(a, vocab, share=proj0, name=f"proj.t{t}")
-        proj0 = proj0 or y
-        out.append(b.softmax(y, name=f"softmax.t{t}"))
-    return out
+        out.append(a)
+    return _project(b, out, hidden, vocab)
 
 
 def build_transformer(b, seq: int = 64, d_model: int = 512, ff: int = 2048, layers: int = 6,

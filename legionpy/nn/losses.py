@@ -1,7 +1,8 @@
 """Losses and metrics of the layer API.
 
 Losses (``compile(loss=...)``): ``"sparse_categorical_crossentropy"`` (int
-labels (N,)), ``"categorical_crossentropy"`` (one-hot or probabilities
+labels (N,); (N, T) for a sequence output (N, T, K), averaged per
+position), ``"categorical_crossentropy"`` (one-hot or probabilities
 (N, K)), both needing a model ending in ``softmax``, and ``"mse"`` (targets
 shaped like the output). The loss gradient is computed inside the backward
 task of the last operator's tiles (:func:`legionpy.ops.execute.loss_gradient`).
@@ -60,17 +61,19 @@ def metric_sums(metrics: tuple[str, ...], y: np.ndarray, target: np.ndarray,
     cross-entropy need whole rows; mse/mae add the tile's share of each
     sample's mean over its ``features`` (all of the output's, not the tile's)."""
     out: dict[str, float] = {}
+    pos = int(np.prod(y.shape[1:-1], dtype=np.int64))  # positions per sample (sequences)
     for m in metrics:
         if m == "accuracy":
-            lab = target.reshape(-1) if sparse else target.argmax(axis=-1)
-            out[m] = float((y.argmax(axis=-1) == lab).sum())
+            lab = target.reshape(-1) if sparse else target.argmax(axis=-1).reshape(-1)
+            out[m] = float((y.argmax(axis=-1).reshape(-1) == lab).sum()) / pos
         elif m == "crossentropy":
             tiny = np.finfo(y.dtype).tiny
             if sparse:
-                p = y[np.arange(y.shape[0]), target.reshape(-1).astype(np.int64)]
-                out[m] = float(-np.log(np.maximum(p, tiny)).sum())
+                y2 = y.reshape(-1, y.shape[-1])
+                p = y2[np.arange(y2.shape[0]), target.reshape(-1).astype(np.int64)]
+                out[m] = float(-np.log(np.maximum(p, tiny)).sum()) / pos
             else:
-                out[m] = float(-(target * np.log(np.maximum(y, tiny))).sum())
+                out[m] = float(-(target * np.log(np.maximum(y, tiny))).sum()) / pos
         else:
             d = y - _dense(target, y, sparse)
             per = (d * d) if m == "mse" else np.abs(d)

@@ -383,46 +383,46 @@ class _Embedding:
 @tile_kernel("lstm")
 class _LSTM:
     """Gate-major weights ``w_ih`` (4, h, I), ``w_hh`` (4, h, H), ``bias`` (4, h)
-    of a unit tile ``[a, b)`` (h = b - a): one GEMM of ``[x, h_prev]`` with the
-    tile's (I + H, 4h) matrix, gates as in :mod:`legionpy.ops.kernels.rnn`."""
-
-    @staticmethod
-    def _mat(t):
-        w = np.concatenate([t.ws["w_ih"], t.ws["w_hh"]], axis=2)  # (4, h, I+H)
-        return w.reshape(-1, w.shape[2]).T  # (I+H, 4h)
+    of a unit tile ``[a, b)`` (h = b - a), used as (4h, I) / (4h, H) views
+    (no copies): ``z = x w_ih^T + h_prev w_hh^T + bias``, gates as in
+    :mod:`legionpy.ops.kernels.rnn`; the backward's weight gradients come out
+    in the weights' own layout."""
 
     @staticmethod
     def forward(op, t):
         x = t.xs[0]
         n, hs, units = x.shape[0], t.out.shape[2], op.attrs["units"]
+        w_ih = t.ws["w_ih"].reshape(4 * hs, -1)
+        z = x @ w_ih.T
         if len(t.xs) > 1:
             h_prev, c_prev = t.xs[1][:, 0], t.xs[1][:, 1, t.out.lo[2]:t.out.hi[2]]
+            z += h_prev @ t.ws["w_hh"].reshape(4 * hs, units).T
         else:
-            h_prev = np.zeros((n, units), x.dtype)
-            c_prev = np.zeros((n, hs), x.dtype)
-        xh = np.concatenate([x, h_prev], axis=1)
-        z = xh @ _LSTM._mat(t)
+            h_prev, c_prev = None, np.zeros((n, hs), x.dtype)
         z += t.ws["bias"].reshape(-1)
         h, c, tanh_c = _activate(z, c_prev)
-        t.cache["lstm"] = (xh, z, c_prev, tanh_c)
-        return np.stack([h, c], axis=1)
+        t.cache["lstm"] = (h_prev, z, c_prev, tanh_c)
+        y = np.empty(t.out.shape, x.dtype)
+        y[:, 0], y[:, 1] = h, c
+        return y
 
     @staticmethod
     def backward(op, t, y, dy):
-        xh, gates, c_prev, tanh_c = t.cache["lstm"]
+        h_prev, gates, c_prev, tanh_c = t.cache["lstm"]
+        x = t.xs[0]
+        hs, units = t.out.shape[2], op.attrs["units"]
         dz = np.empty_like(gates)
         dc_prev = _dgates(dy[:, 0], dy[:, 1], gates, c_prev, tanh_c, dz)
-        hs = t.out.shape[2]
-        dw = (xh.T @ dz).T.reshape(4, hs, -1)  # (4, h, I+H)
-        n_in = t.xs[0].shape[1]
-        dws = {"w_ih": np.ascontiguousarray(dw[:, :, :n_in]),
-               "w_hh": np.ascontiguousarray(dw[:, :, n_in:]),
-               "bias": dz.sum(axis=0).reshape(4, hs)}
-        dxh = dz @ _LSTM._mat(t).T
-        dxs = [dxh[:, :n_in]]
-        if len(t.xs) > 1:
+        w_ih = t.ws["w_ih"].reshape(4 * hs, -1)
+        dws = {"w_ih": (dz.T @ x).reshape(4, hs, -1), "bias": dz.sum(axis=0).reshape(4, hs)}
+        dxs = [dz @ w_ih if t.need(0) else None]
+        if h_prev is None:
+            dws["w_hh"] = np.zeros(t.ws["w_hh"].shape, dy.dtype)
+        else:
+            w_hh = t.ws["w_hh"].reshape(4 * hs, units)
+            dws["w_hh"] = (dz.T @ h_prev).reshape(4, hs, units)
             ds = np.zeros(t.xs[1].shape, dy.dtype)
-            ds[:, 0] = dxh[:, n_in:]
+            ds[:, 0] = dz @ w_hh
             ds[:, 1, t.out.lo[2]:t.out.hi[2]] = dc_prev
             dxs.append(ds)
         return dxs, dws
@@ -464,21 +464,26 @@ def loss_gradient(loss: str, op: Operator, out: Rect, y: Any, target: Any,
     """``(loss share, gradient, of_input)`` of output tile ``out`` of the last op.
 
     ``target``: the targets of the tile's samples (int labels (n,) or dense
-    (n, ...) like ``y``). With softmax + cross-entropy the gradient is that of
-    the softmax INPUT (``of_input`` True: skip the softmax backward);
-    otherwise of the output ``y``. Shares sum over tiles to the batch mean."""
+    (n, ...) like ``y``; a sequence output (n, T, K) takes labels (n, T) and
+    its loss is the mean over all n * T positions). With softmax +
+    cross-entropy the gradient is that of the softmax INPUT (``of_input``
+    True: skip the softmax backward); otherwise of the output ``y``. Shares
+    sum over tiles to the batch mean."""
     fused = op.kind == "softmax" and op.attrs.get("loss", True)
     if loss in ("sparse_categorical_crossentropy", "categorical_crossentropy"):
         if not fused:
             raise GraphError(f"loss {loss!r} needs the model to end with softmax; it ends "
                              f"with {op.kind} {op.name!r}")
+        # sequence outputs (N, T, K): the mean over every position of the batch
+        count = global_batch * int(np.prod(op.output_shape[1:-1], dtype=np.int64))
         if loss == "sparse_categorical_crossentropy":
-            l, g = K.sparse_cross_entropy_from_probs(y, target, global_batch)
+            l, g = K.sparse_cross_entropy_from_probs(y.reshape(-1, y.shape[-1]), target, count)
+            g = g.reshape(y.shape)
         else:
             ls = np.log(np.maximum(y, np.finfo(y.dtype).tiny))
-            l = float(-(target * ls).sum()) / global_batch
+            l = float(-(target * ls).sum()) / count
             g = ((y * target.sum(axis=-1, keepdims=True) - target)
-                 * y.dtype.type(1.0 / global_batch)).astype(y.dtype, copy=False)
+                 * y.dtype.type(1.0 / count)).astype(y.dtype, copy=False)
         return l, g, True
     if loss == "mse":
         feats = int(np.prod(op.output_shape[1:]))

@@ -10,6 +10,22 @@ graph reduces their weight gradients onto one home per weight tile. Weights
 are laid out gate-major so a hidden-unit range is one rect: ``w_ih`` (4, H,
 I), ``w_hh`` (4, H, H), ``bias`` (4, H), gates in the order i, f, g, o.
 
+Why one op per step rather than one whole-layer op with a time dimension:
+the search assigns a ParallelConfig (degrees AND devices) per op. With a
+cell per step, layer ``l``'s cells can live on device ``l`` while step
+``t + 1`` of layer ``l`` runs beside step ``t`` of layer ``l + 1``: the
+wavefront pipelining of the paper's Figure 14 (NMT), found by the search
+from per-op placements alone, and the simulator sees every step's tasks and
+the hidden-state copies between devices. A whole-layer op would have to run
+as one task per tile over all T steps (the recurrence forbids splitting
+time), so layers could only be placed, not overlapped, unless the op grew a
+time-pipelining knob the search and the simulator would both special-case.
+Sharing one Parameter across the steps keeps the weights (and their update
+task) single, so the search cannot give two steps diverging copies.
+
+The embedding's gradient is applied sparsely: see
+:mod:`legionpy.nn.execution` (the update task touches only nonzero rows).
+
 A cell tile with hidden units ``[a, b)`` reads all of ``h_{t-1}`` (for the
 recurrent matmul) and, because a rect cannot be ``h[:, :] + c[:, a:b]``, all
 of ``c_{t-1}`` as well: a slight over-count of the bytes a split cell moves.

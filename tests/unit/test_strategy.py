@@ -41,7 +41,7 @@ def test_constructors():
     ex.validate(r, m2)
     # layers in first-use order: embedding, lstm0, lstm1, proj -> GPUs 0, 1, 0, 1 per node
     assert ex["embed.t0"].devices == (0, 2) and ex["lstm0.t0"].devices == (1, 3)
-    assert ex["lstm1.t0"].devices == (0, 2) and ex["proj.t1"].devices == (1, 3)
+    assert ex["lstm1.t0"].devices == (0, 2) and ex["proj"].devices == (1, 3)
     assert ex["lstm0.t1"].devices == ex["lstm0.t0"].devices
 
 

@@ -1,0 +1,134 @@
+"""Train a zoo model on generated data: the engine of ``legionpy train`` and
+of ``examples/``.
+
+:func:`train` builds ``models.NAME`` (``scale="small"`` by default), makes
+``steps`` batches with :func:`legionpy.data.for_model`, compiles it with the
+strategy given (``data``, ``model``, ``owt``, ``search``, a JSON file or a
+Strategy) on this runtime's devices and runs one ``fit`` step per batch. It
+returns a plain dict (what ``--json`` prints):
+
+``{"model", "strategy", "steps", "batch_size", "devices", "ranks",
+"parameters", "first_loss", "final_loss", "losses", "samples_per_s",
+"seconds"}``; ``samples_per_s`` counts the steps after the first (which
+pays for first-touch allocation), or all of them when there is one step.
+
+Every MPI rank runs the same calls (control replication) and gets the same
+losses; :func:`is_root` tells which rank should print.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["train", "train_from_args", "add_train_arguments", "parse_sizes",
+           "default_optimizer", "is_root", "start_runtime"]
+
+_LR = {"lenet": 3e-3, "alexnet": 1e-3, "vgg16": 1e-3, "inception_v3": 2e-3,
+       "resnet101": 2e-3, "rnntc": 1e-2, "rnnlm": 1e-2, "nmt": 1e-2, "transformer": 3e-3}
+
+
+def default_optimizer(name: str) -> Any:
+    """Adam with a learning rate that makes the small model learn in tens of steps."""
+    from ..nn import Adam
+
+    return Adam(lr=_LR.get(name, 1e-3))
+
+
+def start_runtime(devices: int | None = None) -> Any:
+    """``lp.init`` with ``devices`` CPU devices per process; by default 2 in
+    one process and 1 per rank under ``mpirun`` (so ``python X.py`` and
+    ``mpirun -n 2 python X.py`` use the same total device count)."""
+    from .. import runtime as lr
+    from ..runtime.mpi import launched_under_mpi
+
+    if devices is None and not launched_under_mpi():
+        devices = 2
+    return lr.init(cpus=devices)
+
+
+def is_root() -> bool:
+    """True on MPI rank 0 (and always in one process)."""
+    from .. import runtime as lr
+
+    return lr.get_runtime().rank == 0
+
+
+def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | None = None,
+          scale: str = "small", text: bool = False, seed: int = 0, optimizer: Any = None,
+          log: Callable[[int, float], None] | None = None, **sizes: Any) -> dict[str, Any]:
+    """Train zoo model ``name`` for ``steps`` steps; see the module docstring.
+    ``log(step, loss)`` is called after every step (on every rank)."""
+    from .. import data as D
+    from .. import runtime as lr
+    from . import build
+
+    model = build(name, batch_size=batch_size, scale=scale, seed=seed, **sizes)
+    b = model.batch_size
+    xs, y = D.for_model(model, steps * b, seed=seed, text=text)
+    model.compile(optimizer=optimizer or default_optimizer(name),
+                  loss="sparse_categorical_crossentropy", strategy=strategy)
+    losses, t1 = [], None
+    t0 = time.perf_counter()
+    for s in range(steps):
+        sl = slice(s * b, (s + 1) * b)
+        h = model.fit([x[sl] for x in xs], y[sl], epochs=1, verbose=0, shuffle=False)
+        losses.append(float(h["loss"][0]))
+        if log is not None:
+            log(s, losses[-1])
+        if s == 0:
+            t1 = time.perf_counter()
+    lr.fence()
+    end = time.perf_counter()
+    timed, span = (steps - 1, end - t1) if steps > 1 else (steps, end - t0)
+    rt = lr.get_runtime()
+    return {"model": name, "strategy": strategy if isinstance(strategy, str) else "given",
+            "steps": steps, "batch_size": b, "devices": len(rt.devices),
+            "ranks": 1 + max(d.rank for d in rt.devices), "parameters": model.num_parameters(),
+            "first_loss": losses[0], "final_loss": losses[-1], "losses": losses,
+            "samples_per_s": timed * b / max(span, 1e-9), "seconds": end - t0}
+
+
+def add_train_arguments(p: Any, steps: int = 30) -> None:
+    """The arguments ``legionpy train`` and ``examples/*.py`` share."""
+    p.add_argument("--strategy", default="data",
+                   help="data, model, owt, search, or a strategy JSON file (default: data)")
+    p.add_argument("--steps", type=int, default=steps, help=f"training steps (default {steps})")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="global batch (default: the small preset's, see models.SMALL)")
+    p.add_argument("--scale", choices=("small", "full"), default="small",
+                   help="small sizes for CPU runs (default) or the paper's shapes")
+    p.add_argument("--size", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a builder size, e.g. --size hidden=128 --size steps=20")
+    p.add_argument("--text", action="store_true",
+                   help="RNNs: train on the stdlib-docstring corpus instead of synthetic data")
+    p.add_argument("--devices", type=int, default=None,
+                   help="CPU devices per process (default: 2, or 1 per rank under mpirun)")
+    p.add_argument("--lr", type=float, default=None, help="Adam learning rate")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def parse_sizes(pairs: list[str]) -> dict[str, Any]:
+    """``["hidden=128", "width=0.5", "blocks=1,1,1,1"]`` -> typed keyword sizes."""
+    from ..errors import ModelError
+
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, val = pair.partition("=")
+        if not sep:
+            raise ModelError(f"--size takes KEY=VALUE, got {pair!r}")
+        vals = [float(v) if "." in v else int(v) for v in val.split(",")]
+        out[key.replace("-", "_")] = tuple(vals) if "," in val else vals[0]
+    return out
+
+
+def train_from_args(name: str, args: Any, log: Callable[[int, float], None] | None = None
+                    ) -> dict[str, Any]:
+    """:func:`train` with :func:`add_train_arguments`' values."""
+    from ..nn import Adam
+
+    opt = Adam(lr=args.lr) if args.lr else None
+    return train(name, strategy=args.strategy, steps=args.steps, batch_size=args.batch_size,
+                 scale=args.scale, text=args.text, seed=args.seed, optimizer=opt, log=log,
+                 **parse_sizes(args.size))
