@@ -1,8 +1,13 @@
 """``compile(strategy=...)``: from a name, a Strategy or a JSON path to a
 validated :class:`~legionpy.optimizer.Strategy` for this graph and machine.
 
-``"search"`` goes through :func:`search_strategy`, the one function the
-search engineer replaces to wire the optimizer's search in.
+``"search"`` runs the optimizer's search (all methods, best by the
+simulator) for this graph on this machine and caches the result by model and
+machine (:func:`legionpy.optimizer.search.search_for_model`): search and run
+in one step. The budget is ``LEGIONPY_SEARCH_BUDGET`` seconds (default 10),
+or ``LEGIONPY_SEARCH_ITERATIONS`` proposals for a clock-free, reproducible
+search. Under ``mpirun`` rank 0 searches and broadcasts its strategy, so every
+rank runs the same one.
 """
 
 from __future__ import annotations
@@ -13,36 +18,43 @@ from typing import Any
 from ..errors import ModelError, StrategyError
 from ..ops.execute import check_tiling
 from ..optimizer import Strategy
+from ..optimizer.strategy import NAMED
 
 __all__ = ["resolve_strategy", "search_strategy", "NAMED"]
 
-NAMED = {"data": Strategy.data_parallel, "model": Strategy.model_parallel, "owt": Strategy.owt}
-
 
 def search_strategy(graph: Any, machine: Any) -> Strategy:
-    """The strategy ``compile(strategy="search")`` uses."""
-    raise ModelError("strategy='search' is not available yet in legionpy.nn; use one of "
-                     f"{sorted(NAMED)}, a legionpy.optimizer.Strategy, or the path of a "
-                     "strategy JSON file (e.g. written by `legionpy search ... --out FILE`)")
+    """The strategy ``compile(strategy="search")`` uses (see the module doc)."""
+    from ..optimizer.search import search_for_model
+    from ..runtime.mpi import cluster, launched_under_mpi
+
+    budget = float(os.environ.get("LEGIONPY_SEARCH_BUDGET", "10"))
+    iterations = os.environ.get("LEGIONPY_SEARCH_ITERATIONS")
+    iterations = int(iterations) if iterations else None
+
+    def run() -> Strategy:
+        return search_for_model(graph, machine, budget_s=budget, seed=0, iterations=iterations)
+
+    if not launched_under_mpi():
+        return run()
+    comm = cluster().coll
+    found = run().to_dict() if comm.Get_rank() == 0 else None
+    return Strategy.from_dict(comm.bcast(found, root=0), graph)
 
 
 def resolve_strategy(spec: Any, graph: Any, machine: Any) -> Strategy:
-    if isinstance(spec, Strategy):
-        s = spec
-    elif spec == "search":
-        s = search_strategy(graph, machine)
-    elif isinstance(spec, str) and spec in NAMED:
-        s = NAMED[spec](graph, machine)
-    elif isinstance(spec, (str, os.PathLike)) and os.path.exists(spec):
-        s = Strategy.load(os.fspath(spec), graph)
-    else:
-        raise ModelError(f"unknown strategy {spec!r}: not one of {sorted(NAMED)} or 'search', "
-                         "not a Strategy and not an existing JSON file")
+    """A validated strategy whose channel tiles also respect grouped convs."""
     try:
-        s.validate(graph, machine)
+        s = search_strategy(graph, machine) if spec == "search" else spec
+        s = Strategy.resolve(s, graph, machine)
         for op in graph.ops:
             check_tiling(op, s[op.name].degrees)
     except StrategyError as e:
+        if not isinstance(spec, (str, os.PathLike, Strategy)) or (
+                isinstance(spec, str) and spec not in NAMED and spec != "search"
+                and not os.path.exists(spec)):
+            raise ModelError(f"unknown strategy {spec!r}: not one of {sorted(NAMED)} or "
+                             "'search', not a Strategy and not an existing JSON file") from None
         raise StrategyError(f"strategy {spec if isinstance(spec, str) else 'given'} does not "
                             f"fit model {graph.name!r} on {machine.name}: {e}") from None
     return s

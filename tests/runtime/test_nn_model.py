@@ -140,8 +140,6 @@ def test_errors_name_the_value_and_the_fix(rt2):
         m.compile(metrics=["f1"])
     with pytest.raises(ModelError, match="unknown strategy 'fastest'"):
         m.compile(strategy="fastest")
-    with pytest.raises(ModelError, match="search is not available|'search' is not available"):
-        m.compile(strategy="search")
     m.compile()
     with pytest.raises(ModelError, match=r"shape \(N, 3\), got \(4, 5\)"):
         m.fit(np.ones((4, 5)), np.zeros(4))
@@ -156,3 +154,23 @@ def test_errors_name_the_value_and_the_fix(rt2):
         mm = lp.nn.Model(4)
         mm.dense(mm.input((3,)), 2)
         mm.compile(loss="sparse_categorical_crossentropy")
+
+
+def test_compile_search_finds_caches_and_trains(rt2, tmp_path, monkeypatch):
+    """strategy="search": search on the local machine, cache, run -- one step."""
+    monkeypatch.setenv("LEGIONPY_CACHE", str(tmp_path))
+    monkeypatch.setenv("LEGIONPY_SEARCH_ITERATIONS", "30")
+    x = np.random.default_rng(0).standard_normal((16, 3)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    m = tiny().compile(optimizer=lp.nn.SGD(lr=0.5), strategy="search")
+    first = m.strategy
+    assert set(first) == {op.name for op in m.graph.ops}
+    assert list(tmp_path.glob("strategy-*.json")), "the searched strategy is cached"
+    h = m.fit(x, y, epochs=3, verbose=0)
+    assert h["loss"][-1] < h["loss"][0]
+    again = tiny().compile(optimizer=lp.nn.SGD(lr=0.5), strategy="search")
+    assert again.strategy == first          # from the cache, same model and machine
+    ref = tiny().compile(optimizer=lp.nn.SGD(lr=0.5), strategy="data")
+    ref.fit(x, y, epochs=3, verbose=0)
+    for name, value in ref.parameters().items():
+        np.testing.assert_allclose(m.parameters()[name], value, rtol=1e-4, atol=1e-6)
