@@ -98,6 +98,8 @@ class Runtime:
         self.analyzer = DependenceAnalyzer()
         self.states: dict[tuple[int, str], FieldState] = {}
         self._tracked: set[int] = set()
+        self._fields_cache: dict[tuple[int, int], tuple] = {}  # see _requirements
+        self._reduced: set[tuple[int, str]] = set()  # (root uid, field) that got a reduction
         self.instances = Instances()
         if any(d.kind == "gpu" for d in self.local):
             from .gpu import ordinal
@@ -164,32 +166,67 @@ class Runtime:
             task.privileges_for(0)  # raises the mismatch
         if self.repl is not None:
             self.repl.note(f"{task.name}({describe_args(args)}) {task.privileges}")
-        return self._point(task, op_id, seq, args, kwargs, rargs, options, None, None, None, None)
+        reqs = self._requirements(rargs) if rargs else []
+        futs = None
+        for k, a in (*enumerate(args), *kwargs.items()):
+            if isinstance(a, Future):
+                futs = (futs or []) + [k]
+        return self._point(task, op_id, seq, args, kwargs, rargs, reqs, futs, options, None, None,
+                           None, None)
+
+    def _requirements(self, rargs: list) -> list[RegionRequirement]:
+        """One RegionRequirement per privilege of each region argument; the
+        resolved fields are cached per (field space, privilege)."""
+        cache = self._fields_cache
+        new = RegionRequirement.__new__
+        reqs = []
+        for _, region, pset in rargs:
+            fs = region.fields
+            for p in pset.privileges:
+                hit = cache.get((id(fs), id(p)))
+                if hit is None:
+                    req = RegionRequirement(region, p)  # validates, raises the field errors
+                    if len(cache) > 4096:
+                        cache.clear()
+                    cache[id(fs), id(p)] = (fs, p, req.fields)  # keeps fs, p alive: ids stay valid
+                else:
+                    req = new(RegionRequirement)
+                    req.region = region
+                    req.privilege = p
+                    req.fields = hit[2]
+                reqs.append(req)
+        return reqs
 
     def _point(self, task: TaskFunction, op_id: int, seq: int, args: tuple, kwargs: dict,
-               rargs: list | None, options: LaunchOptions, point: tuple | None,
-               index: int | None, domain: list | None, target: Device | None) -> Future:
+               rargs: list | None, reqs: list, futs: list | None, options: LaunchOptions,
+               point: tuple | None, index: int | None, domain: list | None,
+               target: Device | None) -> Future:
+        """One point: ``reqs`` its requirements (from ``rargs``), ``futs`` the
+        positions / keywords of its Future arguments (None if none)."""
         from ..mapper import MapperTask
 
         name = options.name or task.name
-        reqs: list[RegionRequirement] = []
-        if rargs:
-            for _, region, pset in rargs:
-                for p in pset.privileges:
-                    reqs.append(RegionRequirement(region, p))
         mapper = self.mapper
-        mt = MapperTask(name, options.kind, options.tag, op_id, seq, reqs, point, index, domain,
-                        self._locality if reqs else None)
-        if target is None:
-            target = mapper.select_task_options(mt).device
-        mt.target = target
+        mt = None
         if self._default_map and target is not None:
-            dev, mems = target, None
+            dev, mems = target, None  # the MapperTask would be seen by no mapper call
         else:
-            m = mapper.map_task(mt)
-            dev, mems = m.device, m.memories
-        n = len(self.devices)
-        if dev is None or not (0 <= dev.id < n) or self.devices[dev.id] != dev:
+            mt = MapperTask(name, options.kind, options.tag, op_id, seq, reqs, point, index,
+                            domain, self._locality if reqs else None)
+            if target is None:
+                target = mapper.select_task_options(mt).device
+            mt.target = target
+            if self._default_map and target is not None:
+                dev, mems = target, None
+            else:
+                m = mapper.map_task(mt)
+                dev, mems = m.device, m.memories
+        devices = self.devices
+        if dev is None or not (0 <= dev.id < len(devices)) or (
+                devices[dev.id] is not dev and devices[dev.id] != dev):
+            if mt is None:
+                mt = MapperTask(name, options.kind, options.tag, op_id, seq, reqs, point, index,
+                                domain)
             raise MappingError(f"mapper {type(mapper).__name__} mapped {mt!r} to {dev!r}, which "
                                f"is not one of the runtime's devices {self.devices}")
         if self.debug >= 3:
@@ -197,14 +234,14 @@ class Runtime:
                  f"{dev}{'' if mems is None else f' memories {mems}'}")
         dep_ops: list[Op] = []
         live = self._live
-        fut_pos = None
+        fut_pos = futs
         repl = self.repl
-        for k, a in (*enumerate(args), *kwargs.items()):
-            if isinstance(a, Future):
-                dep_ops.append(a._op)
-                fut_pos = (fut_pos or []) + [k]
+        if futs:
+            for k in futs:
+                fop = (args[k] if isinstance(k, int) else kwargs[k])._op
+                dep_ops.append(fop)
                 if repl is not None:
-                    t = repl.future_arg(a._op, dev)
+                    t = repl.future_arg(fop, dev)
                     if t is not None:
                         dep_ops.append(t)
         views = prologues = None
@@ -226,8 +263,8 @@ class Runtime:
                 for root, f, acts in prologues:
                     run(acts, root, f)
             if views:
-                for pos, view in views:
-                    a[pos] = view()
+                for pos, build, vargs in views:
+                    a[pos] = build(*vargs)
             if fut_pos:
                 kw = dict(kwargs)
                 for p in fut_pos:
@@ -263,8 +300,8 @@ class Runtime:
     def _analyze(self, op_id: int, reqs: list, rargs: list, dev: Device, mems: Any,
                  dep_ops: list, task: TaskFunction) -> tuple[list, list, set]:
         """Dependences + coherence of one point; appends the unfinished ones to
-        ``dep_ops``; returns (view builders, prologues, all dependence ids)."""
-        live = self._live
+        ``dep_ops``; returns (views: ``(pos, builder, builder args)``,
+        prologues, all dependence ids)."""
         deps = set(self.analyzer.analyze(op_id, reqs))
         if mems is not None:
             if len(mems) != len(reqs) or any(not -1 <= m < len(self.devices) for m in mems):
@@ -276,36 +313,46 @@ class Runtime:
         k = 0
         repl = self.repl
         mine = dev.rank == self.rank
+        states = self.states
+        inst = self.instances
+        new_id = self._new_id
         for pos, region, pset in rargs:
             fieldspecs = []
             rect = region.rect
             root = region.root
-            for _ in pset.privileges:
-                req = reqs[k]
+            uid = root.uid
+            for req in reqs[k:k + len(pset.privileges)]:
                 mem = dev.id if mems is None else mems[k]
                 if repl is not None:
                     mem = repl.memory(mem, dev)
-                mode, redop = req.privilege.mode, req.privilege.redop
+                priv = req.privilege
+                mode, redop = priv.mode, priv.redop
                 for f in req.fields:
-                    key = (root.uid, f)
-                    st = self.states.get(key) or self._new_state(root, f)
+                    key = (uid, f)
+                    st = states.get(key)
+                    if st is None:
+                        st = self._new_state(root, f)
                     buf = None
                     if mode == "reduce":
                         buf = (op_id, k, f)
+                        self._reduced.add(key)
                         if mine:
-                            self.instances.new_reduction(buf, rect, redop, root.fields[f], mem)
+                            inst.new_reduction(buf, rect, redop, root.fields[f], mem)
                     elif mine:
-                        self.instances.instance(mem, root, f)
-                    plan, self.states[key] = st.access(
-                        Request(rect, mode, mem, op_id, redop, buf), self._new_id)
-                    for c in plan.copies:
-                        self._submit_copy(c, root, f)
-                    deps |= plan.deps
+                        inst.instance(mem, root, f)
+                    plan, states[key] = st.access(
+                        Request(rect, mode, mem, op_id, redop, buf), new_id)
+                    if plan.copies:
+                        for c in plan.copies:
+                            self._submit_copy(c, root, f)
+                    if plan.deps:
+                        deps |= plan.deps
                     if plan.prologue:
                         prologues.append((root, f, plan.prologue))
                     fieldspecs.append((f, mem, mode, buf))
                 k += 1
-            views.append((pos, self._view_builder(region, fieldspecs)))
+            views.append((pos, _build_view, (inst, region, fieldspecs)))
+        live = self._live
         for d in deps:
             o = live.get(d)
             if o is not None:
@@ -325,26 +372,6 @@ class Runtime:
             self.states.pop((uid, f), None)
         self.instances.drop_root(uid)
         self._tracked.discard(uid)
-
-    def _view_builder(self, region: Any, fieldspecs: list) -> Any:
-        inst = self.instances
-        root, rect = region.root, region.rect
-        sl = rect.to_slices()
-
-        def build() -> RegionView:
-            arrays = {}
-            for f, mem, mode, buf in fieldspecs:
-                if buf is not None:
-                    arrays[f] = inst.redbufs[buf]
-                    continue
-                a = inst.instance(mem, root, f)[sl]
-                if mode == "read" and type(a) is np.ndarray:
-                    a = a.view()
-                    a.flags.writeable = False
-                arrays[f] = a
-            return RegionView(region, rect, arrays)
-
-        return build
 
     def _submit_copy(self, c: Any, root: Any, field: str) -> None:
         if self.repl is not None:
@@ -408,18 +435,47 @@ class Runtime:
             raise MappingError(f"slice_task of {type(self.mapper).__name__} for {task.name!r} "
                                f"must return one (point, device) per color of {domain[:4]}...")
         where = dict(slices)
-        futs = []
+        # per-launch work, done once: projections, requirement templates, Future positions
         projected = [i for i, a in enumerate(args) if isinstance(a, (Partition, FutureMap))]
+        proj = [(i, args[i], getattr(args[i], "_subregions", None)) for i in projected]
+        tmpl = None  # [(pos, pset, [(privilege, fields)])]
+        if rpos:
+            probe = list(args)
+            for i in projected:
+                probe[i] = args[i][domain[0]]
+            tmpl = []
+            for i, ps in zip(rpos, psets):
+                reqs0 = self._requirements([(i, probe[i], ps)])
+                tmpl.append((i, ps, [(r.privilege, r.fields) for r in reqs0]))
+        futs_pos = [i for i, a in enumerate(args) if isinstance(a, (Future, FutureMap))]
+        futs_pos += [k for k, v in kwargs.items() if isinstance(v, Future)]
+        futs_pos = futs_pos or None
+        new_req = RegionRequirement.__new__
+        point = self._point
+        futs = []
         for k, color in enumerate(domain):
             a = args
-            if projected:
+            if proj:
                 a = list(args)
-                for i in projected:
-                    a[i] = args[i][color]
+                for i, arg, subs in proj:
+                    sub = subs.get(color) if subs is not None else None
+                    a[i] = sub if sub is not None else arg[color]
                 a = tuple(a)
-            rargs = [(i, a[i], ps) for i, ps in zip(rpos, psets)] if rpos else None
-            futs.append(self._point(task, base + k, seq, a, kwargs, rargs, options, color, k,
-                                    domain, where[color]))
+            rargs = None
+            reqs = []
+            if tmpl is not None:
+                rargs = []
+                for i, ps, privs in tmpl:
+                    region = a[i]
+                    rargs.append((i, region, ps))
+                    for p, fields in privs:
+                        req = new_req(RegionRequirement)
+                        req.region = region
+                        req.privilege = p
+                        req.fields = fields
+                        reqs.append(req)
+            futs.append(point(task, base + k, seq, a, kwargs, rargs, reqs, futs_pos, options,
+                              color, k, domain, where[color]))
         return FutureMap(domain, futs)
 
     # -- fills, reads, writes, fences -----------------------------------------------------
@@ -498,8 +554,16 @@ class Runtime:
         failures, self._failures = self._failures, []
         self._live.clear()
         self.analyzer = DependenceAnalyzer()
-        self.instances.keep_only({r.buffer for st in self.states.values() for p in st
-                                  for r in p.reds})
+        # only states that ever took a reduction can refer to a reduction buffer
+        live_bufs: set = set()
+        for key in list(self._reduced):
+            st = self.states.get(key)
+            bufs = [r.buffer for p in st for r in p.reds] if st is not None else ()
+            if bufs:
+                live_bufs.update(bufs)
+            else:
+                self._reduced.discard(key)
+        self.instances.keep_only(live_bufs)
         if self.debug >= 1:
             t, c, b, since = self._stats
             _log(f"fence: {t} tasks, {c} copies, {b} bytes moved, {time.perf_counter() - since:.6f}"
@@ -556,6 +620,25 @@ class Runtime:
         self.sched.executor.close()
         if self.executor == "threads":
             limit_blas(None)
+
+
+def _build_view(inst: Instances, region: Any, fieldspecs: list) -> RegionView:
+    """The RegionView a point task body receives for one region argument
+    (run on the worker, when the task starts)."""
+    root, rect = region.root, region.rect
+    sl = rect.to_slices()
+    arrays = {}
+    redbufs, instance = inst.redbufs, inst.instance
+    for f, mem, mode, buf in fieldspecs:
+        if buf is not None:
+            arrays[f] = redbufs[buf]
+            continue
+        a = instance(mem, root, f)[sl]
+        if mode == "read" and type(a) is np.ndarray:
+            a = a.view()
+            a.flags.writeable = False
+        arrays[f] = a
+    return RegionView(region, rect, arrays)
 
 
 def _privs_text(rargs: Any) -> str:

@@ -38,8 +38,19 @@ __all__ = ["Instances", "RegionView", "identity", "FOLD"]
 FOLD = {"+": np.add, "*": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
+_IDENTITY: dict[tuple[str, Any], Any] = {}
+
+
 def identity(redop: str, dtype: np.dtype) -> Any:
     """Identity element of ``redop`` for ``dtype`` (what reduction buffers start as)."""
+    key = (redop, dtype)
+    got = _IDENTITY.get(key)
+    if got is None:
+        got = _IDENTITY[key] = _identity(redop, dtype)
+    return got
+
+
+def _identity(redop: str, dtype: Any) -> Any:
     dtype = np.dtype(dtype)
     if redop == "+":
         return 0
@@ -116,7 +127,8 @@ class Instances:
             buf = self.zeros(memory, rect.shape, dtype)
             buf[...] = identity(redop, dtype)
         else:
-            buf = np.full(rect.shape, identity(redop, dtype), dtype=dtype)
+            buf = np.empty(rect.shape, dtype=dtype)
+            buf.fill(identity(redop, dtype))
         self.redbufs[key] = buf
         return buf
 
