@@ -69,10 +69,10 @@ class Simulator:
         self.graph, self.machine = graph, machine
         self.cost = cost_model or AnalyticCostModel()
         self.tg = TaskGraph(graph, machine, self.cost)
-        #: Algorithm 2 gives up after this many pops per task (then Algorithm 1
-        #: reschedules the updated graph in place); see simkernels.
-        self.delta_budget = 0.25
+        #: heap pops of the last delta(), or -1 if it fell back to a full
+        #: reschedule (only on an internal invariant failure; never expected)
         self.last_delta_pops = 0
+        self._ws: tuple | None = None  # delta scratch space, per task slot
 
     @property
     def strategy(self):
@@ -104,11 +104,25 @@ class Simulator:
         simulated strategy and re-simulate what that changes."""
         if self.tg.strategy is None:
             raise StrategyError("delta() needs a previous run(); simulate a strategy first")
-        seeds = self.tg.change(op_name, config)
-        budget = int(self.delta_budget * self.tg.alive.sum()) + 64
-        self.last_delta_pops = K.delta_sim(seeds, *self._args(), budget)
-        if self.last_delta_pops < 0:  # too much churn: reschedule in place
-            K.full_sim(*self._args())
+        new, new_hint, pend, checks = self.tg.change(op_name, config)
+        tg = self.tg
+        if self._ws is None or len(self._ws[0]) != tg.cap_t:
+            n = tg.cap_t
+            self._ws = (np.zeros(n, np.int8), np.zeros(n), np.zeros(n, np.int64),
+                        np.zeros(n, np.int64), np.zeros(tg.n_res, np.int64),
+                        np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(2 * n),
+                        np.zeros(2 * n, np.int64), np.zeros(n), np.zeros(n, np.int64),
+                        np.zeros(n, np.int64), np.full(n, -1, np.int64))
+        pops = K.delta_sim(new, new_hint, pend, checks, *self._args(), *self._ws)
+        self.last_delta_pops = pops
+        if pops < 0:  # an internal invariant failed: reschedule in place
+            self._ws = None
+            n = K.full_sim(*self._args())
+            alive = int(tg.alive.sum())
+            if n != alive:
+                raise StrategyError(f"the task graph has a cycle: {alive - n} of {alive} "
+                                    f"tasks never became ready")
+            self.last_delta_pops = -1
         return self.result()
 
     def iteration_time(self) -> float:
@@ -117,22 +131,19 @@ class Simulator:
 
     def result(self) -> SimResult:
         tg, m = self.tg, self.machine
-        a = tg.alive
-        busy = np.bincount(tg.res[a], tg.dur[a], minlength=tg.n_res)
-        cp = a & (tg.kind == COPY)
-        nbytes = np.bincount(tg.res[cp], tg.nbytes[cp], minlength=tg.n_res)
-        mem = np.bincount(tg.mdev[a], tg.mbytes[a], minlength=tg.D)[:tg.D]
         D = tg.D
+        busy, nbytes, mem, last, n = K.summarize(tg.alive, tg.res, tg.dur, tg.kind, tg.nbytes,
+                                                 tg.mdev, tg.mbytes, tg.end, tg.n_res, D, COPY)
         bad = [m.devices[d].name for d in range(D) if mem[d] > m.devices[d].memory]
         links = {ln.name: float(busy[D + ln.id]) for ln in m.links if busy[D + ln.id] > 0}
         return SimResult(
-            iteration_time_s=self.iteration_time(),
+            iteration_time_s=float(last),
             per_device_busy_s={m.devices[d].name: float(busy[d]) for d in range(D)},
             per_link_busy_s=links,
             bytes_per_link={ln.name: float(nbytes[D + ln.id]) for ln in m.links
                             if nbytes[D + ln.id] > 0},
             peak_memory={m.devices[d].name: float(mem[d]) for d in range(D)},
-            feasible=not bad, infeasible_devices=bad, num_tasks=int(a.sum()))
+            feasible=not bad, infeasible_devices=bad, num_tasks=int(n))
 
     def timeline(self) -> dict:
         """``{key: (start_s, end_s)}`` for every task (keys: stable ids)."""

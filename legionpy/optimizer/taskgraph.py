@@ -387,17 +387,18 @@ class TaskGraph:
         return out
 
     def _remove(self, bid) -> tuple[np.ndarray, np.ndarray]:
-        """Remove a block; returns (old next tasks, alive targets of its edges)."""
+        """Remove a block; returns (old resource neighbours of its tasks as
+        (prev, next) rows, targets of its edges)."""
         eids = self.live_edges.pop(bid)
         slots = self.live_tasks.pop(bid)
         K.unlink_edges(eids, *self._lists())
         self.ealive[eids] = False
         self._release(eids, edges=True)
         targets = self.edst[eids]
-        nxt = K.remove_tasks(slots, self.res, self.dprev, self.dnext, self.dhead, self.dtail)
+        nbrs = K.remove_tasks(slots, self.res, self.dprev, self.dnext, self.dhead, self.dtail)
         self.alive[slots] = False
         self._release(slots, edges=False)
-        return nxt, targets
+        return nbrs, targets
 
     def _release(self, ids: np.ndarray, edges: bool) -> None:
         if edges:
@@ -446,29 +447,41 @@ class TaskGraph:
         self.ealive[:M] = True
         K.link_edges(np.arange(M), *self._lists())
 
-    def change(self, op_name: str, config) -> np.ndarray:
-        """Give op ``op_name`` a new config; returns the seed slots for Algorithm 2."""
+    def change(self, op_name: str, config):
+        """Give op ``op_name`` a new config: replace the blocks that depend on
+        it. Returns the seeds of Algorithm 2 (see simkernels.delta_sim):
+        ``(new, new_hint, pend, checks)`` -- the new task slots (in no
+        resource list yet, start/end -1), for each a task on its resource near
+        the removed ones (or -1), the surviving tasks whose predecessor set
+        changed, and the surviving tasks whose resource predecessor was
+        removed."""
         op = self.graph.op(op_name)
         config.validate(op, self.machine)
         new = self.strategy.with_config(op_name, config)
         bids = self._block_ids(op.index)
-        seeds = []
+        nbrs, targets = [], []
         for bid in reversed(bids):
-            nxt, tg = self._remove(bid)
-            seeds += [nxt, tg]
+            nb, tg = self._remove(bid)
+            nbrs.append(nb.ravel())
+            targets.append(tg)
+        nbrs = np.concatenate(nbrs)
+        nbrs = nbrs[nbrs >= 0]
+        nbrs = nbrs[self.alive[nbrs]]  # survivors only (before slots are reused)
+        rhint = np.full(self.n_res, -1, np.int64)
+        rhint[self.res[nbrs]] = nbrs
         self.strategy = new
         added = []
         for bid in bids:
             slots = self._install(bid, self._make_block(bid, new))
             added.append(slots)
-            seeds.append(self.edst[self.live_edges[bid]])
+            targets.append(self.edst[self.live_edges[bid]])
         added = np.concatenate(added) if added else np.zeros(0, np.int64)
-        K.insert_tasks(added, self.ready, self.start, self.end, self.key, self.res,
-                       self.esrc, self.in_head, self.in_next, self.dprev, self.dnext,
-                       self.dhead, self.dtail)
-        seeds.append(added)
-        s = np.unique(np.concatenate(seeds))
-        return s[self.alive[s]]
+        self.start[added] = -1.0
+        self.end[added] = -1.0  # marks them new below
+        pend = np.unique(np.concatenate(targets))
+        pend = pend[self.alive[pend] & (self.end[pend] >= 0)]
+        checks = nbrs[self.end[nbrs] >= 0]
+        return added, rhint[self.res[added]], pend, checks
 
     # -- views ---------------------------------------------------------------------
     def order(self) -> np.ndarray:

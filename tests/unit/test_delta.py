@@ -26,11 +26,27 @@ def _check_sequence(graph, machine, seed: int, steps: int, start=None) -> None:
         cfg = random_config(rng, op, machine.num_devices)
         s = s.with_config(op.name, cfg)
         r = sim.delta(op.name, cfg)
+        assert sim.last_delta_pops >= 0, "delta fell back to a full reschedule"
         ref = Simulator(graph, machine)
         rf = ref.run(s)
         assert sim.timeline() == ref.timeline()
+        assert _orders(sim) == _orders(ref)
         assert r.iteration_time_s == rf.iteration_time_s
         assert r.bytes_per_link == rf.bytes_per_link
+
+
+def _orders(sim) -> dict:
+    """Each resource's tasks (keys) in FIFO order, read from its list."""
+    tg = sim.tg
+    out = {}
+    for r in range(tg.n_res):
+        t, keys = tg.dhead[r], []
+        while t >= 0:
+            keys.append(int(tg.key[t]))
+            t = tg.dnext[t]
+        if keys:
+            out[r] = keys
+    return out
 
 
 @settings(max_examples=25, deadline=None)
@@ -73,3 +89,23 @@ def test_delta_then_revert_restores_timeline():
     sim.delta("fc1", random_config(rng, op, 4))
     sim.delta("fc1", s["fc1"])
     assert sim.timeline() == before
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(0, 10_000), st.integers(6, 14))
+def test_delta_long_sequences_random_dags(seed, n_ops):
+    _check_sequence(random_graph(seed, n_ops), Machine.parse("k80:2x4"), seed, steps=30)
+
+
+@settings(max_examples=3, deadline=None)
+@given(st.integers(0, 10_000))
+def test_delta_equals_full_16_devices(seed):
+    g = models.inception_v3(batch_size=16, image_size=75, width=0.0625).graph
+    m = Machine.parse("p100:4x4")
+    _check_sequence(g, m, seed, steps=6, start=Strategy.data_parallel(g, m))
+
+
+def test_delta_equals_full_rnn_16_devices():
+    g = models.rnnlm(batch_size=16, steps=4, hidden=32, vocab=64).graph
+    m = Machine.parse("p100:4x4")
+    _check_sequence(g, m, 11, steps=12, start=Strategy.rnn_expert(g, m))
