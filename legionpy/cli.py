@@ -35,6 +35,8 @@ def command(name: str, help: str):
 
 
 def _emit(result: dict, as_json: bool) -> None:
+    if result.get("quiet"):  # e.g. a non-root MPI rank: rank 0 prints
+        return
     if as_json:
         payload = {k: v for k, v in result.items() if k != "text"}
         json.dump(payload, sys.stdout, default=_json_default)

@@ -1,4 +1,16 @@
-"""``legionpy simulate``: simulate one iteration of a model under a strategy."""
+"""``legionpy simulate``: simulate one iteration of a model under a strategy.
+
+``--compare`` (``--machine local`` only) then runs the same strategy for real
+on this process's devices (``LEGIONPY_CPUS``) or every rank of an ``mpirun``
+job (:func:`legionpy.optimizer.fidelity.compare`: ``--warmup`` untimed and
+``--steps`` timed training steps with the trace on) and reports simulated vs
+measured iteration time, ``relative_error = |sim - real| / real`` and the busy
+time of every device in both halves. With ``--compare`` the simulated figures
+include the runtime's measured per-task overhead
+(:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) unless
+``--no-overhead``; ``kernel_time_s`` is the plain simulator's figure. Under
+MPI every rank runs and rank 0 prints.
+"""
 
 from __future__ import annotations
 
@@ -47,10 +59,20 @@ def _configure(p) -> None:
     p.add_argument("--cost", default="analytic", metavar="analytic|measured|FILE",
                    help="cost model: analytic roofline (default), measured (real kernels on "
                         "this machine, cached), or a profile JSON from `legionpy profile`")
+    p.add_argument("--compare", action="store_true",
+                   help="also run the strategy for real here (--machine local) and report "
+                        "simulated vs measured iteration time and per-device busy time")
+    p.add_argument("--steps", type=int, default=5, help="--compare: timed steps (default 5)")
+    p.add_argument("--warmup", type=int, default=2, help="--compare: untimed steps (default 2)")
+    p.add_argument("--no-overhead", action="store_true",
+                   help="--compare: simulate kernels only, without the runtime's measured "
+                        "per-task overhead")
 
 
 @command("simulate", "simulate one training iteration of a model under a strategy")
 def _simulate(args) -> dict:
+    if getattr(args, "compare", False):
+        return _compare(args)
     from ..optimizer import Simulator, Strategy, plot_strategy, write_chrome_trace
     from ..optimizer.strategy import atomic_write_json
 
@@ -79,6 +101,54 @@ def _simulate(args) -> dict:
         f"busiest device {busiest[0]} {busiest[1] * 1e3:.3f} ms",
     ]
     return {"text": "\n".join(lines), **out}
+
+
+def _compare(args) -> dict:
+    """``simulate --compare``: simulate, run for real, compare (see module doc)."""
+    from ..errors import MachineError, ModelError
+    from ..models import MODELS
+    from ..models.training import parse_sizes, start_runtime
+    from ..optimizer.fidelity import compare
+
+    if args.machine.split(":")[0].lower() != "local":
+        raise MachineError(f"--compare runs the strategy for real, and only the local machine "
+                           f"can be run: use --machine local (got --machine {args.machine}); "
+                           "simulate other machines without --compare")
+    if args.model not in MODELS:
+        raise ModelError(f"unknown model {args.model!r}; the zoo has {sorted(MODELS)} "
+                         f"(`legionpy models` lists them)")
+    if args.steps < 1 or args.warmup < 0:
+        raise ModelError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps}, "
+                         f"{args.warmup}")
+    spec = args.machine.split(":")
+    rt = start_runtime(int(spec[1]) if len(spec) > 1 and spec[1].isdigit() else None)
+    sizes = parse_sizes(args.size)
+    if args.batch_size:
+        sizes["batch_size"] = args.batch_size
+    r = compare(args.model, args.strategy, scale=args.scale, sizes=sizes, cost=args.cost,
+                steps=args.steps, warmup=args.warmup, overhead=not args.no_overhead)
+    out = r.to_dict()
+    sim = out.pop("simulation")
+    out.update({k: sim[k] for k in ("bytes_moved", "per_link_busy_s", "feasible")
+                if k in sim})
+    out["control_busy_s"] = sim.get("control_busy_s")
+    lines = [
+        f"{args.model} on {r.machine} under {args.strategy} (cost {r.cost_model}"
+        f"{'' if args.no_overhead else ' + runtime overhead'}, {r.steps} timed steps):",
+        f"  simulated {r.iteration_time_s * 1e3:9.3f} ms per iteration"
+        f"  (kernels only {r.kernel_time_s * 1e3:.3f} ms)",
+        f"  measured  {r.measured_time_s * 1e3:9.3f} ms per iteration (median)",
+        f"  relative error {r.relative_error * 100:.1f}%  (kernels only "
+        f"{r.kernel_relative_error * 100:.1f}%)",
+        f"  {'device':<10} {'sim busy ms':>12} {'real busy ms':>13}",
+    ]
+    for d in sorted(set(r.per_device_busy_s) | set(r.measured_per_device_busy_s)):
+        lines.append(f"  {d:<10} {r.per_device_busy_s.get(d, 0.0) * 1e3:>12.3f} "
+                     f"{r.measured_per_device_busy_s.get(d, 0.0) * 1e3:>13.3f}")
+    out["text"] = "\n".join(lines)
+    if rt.rank != 0:
+        out["quiet"] = True
+    return out
 
 
 _simulate.configure = _configure

@@ -1,0 +1,516 @@
+"""Fidelity: is the simulator right about this machine? (issue 9 item 3)
+
+:func:`compare` simulates one training iteration of a model under a
+strategy on the local machine (``Machine.local()``: this process's devices,
+or every rank of an ``mpirun`` job), then runs the same strategy for real
+with the same devices -- ``compile``, ``warmup`` untimed steps, ``steps``
+timed steps, each followed by a fence, with the runtime's trace on -- and
+returns a :class:`FidelityResult`: simulated and measured seconds per
+iteration, the relative error ``|sim - real| / real`` and the busy seconds of
+every device in both halves (the measured ones summed from the trace's
+compute and update records, per step).
+
+The machine model of a Python runtime
+-------------------------------------
+Kernel timings (:class:`~legionpy.optimizer.costmodel.MeasuredCostModel`)
+say what the *kernels* cost. On a CPU with small models, legionpy's own
+per-task work in Python is of the same order: the control thread analyses
+every point task (dependences, mapping, coherence) before a worker can run
+it, and each worker spends time on a task's prologue and epilogue around
+the kernel. Legion has the same costs; FlexFlow's simulator leaves them
+out because its GPU kernels dwarf them. :class:`RuntimeOverhead` measures
+them once per machine with empty tasks (never with the models being
+compared): ``launch_s`` (control thread per point task), ``copy_launch_s``
+(extra control-thread time per copy), ``task_s`` (worker time per task
+besides its kernel) and ``copy_s`` (per copy besides latency and bytes).
+:func:`simulate_with_runtime` then re-schedules the simulator's task graph
+with those terms: every task lasts ``duration + task_s`` (copies ``+
+copy_s``) and becomes ready only after the control thread has issued it,
+the control thread being one more FIFO resource that issues the tasks in
+the program's launch order (all F in graph order, all B in reverse, then
+the updates; a copy is issued just before its first consumer). The same
+event rule as the simulator (FIFO per resource in order of readiness, ties
+by id) is used, so with zero overhead it reproduces the simulator's
+iteration time exactly. The figures are cached per machine in
+``$LEGIONPY_CACHE/overhead-MACHINE.json``.
+
+:func:`kendall_tau` is Kendall's tau-b (ties handled), for the rank order
+of strategies in ``bench/fidelity.py``.
+
+>>> round(kendall_tau([1, 2, 3, 4], [10, 20, 40, 30]), 4)
+0.6667
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import re
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FidelityResult", "RuntimeOverhead", "compare", "measure_runtime",
+           "measure_runtime_overhead", "runtime_overhead", "simulate_with_runtime",
+           "simulate_strategy", "kendall_tau", "relative_error"]
+
+
+# -- statistics ------------------------------------------------------------------------------
+
+def relative_error(simulated: float, measured: float) -> float:
+    """``|simulated - measured| / measured`` (``inf`` when nothing was measured)."""
+    if measured <= 0:
+        return float("inf")
+    return abs(simulated - measured) / measured
+
+
+def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
+    """Kendall's tau-b between paired samples ``x`` and ``y``:
+    ``(concordant - discordant) / sqrt((n0 - ties_x) * (n0 - ties_y))`` over
+    all pairs, ``n0 = n (n - 1) / 2``. 1: same order, -1: reversed, 0: none
+    (also when either side is constant). O(n^2): fine for tens of points."""
+    if len(x) != len(y):
+        raise ValueError(f"kendall_tau: {len(x)} x values but {len(y)} y values")
+    n = len(x)
+    conc = disc = tx = ty = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx, dy = x[i] - x[j], y[i] - y[j]
+            if dx == 0 and dy == 0:
+                continue  # tied in both: counts in neither tie term of tau-b's n1/n2
+            if dx == 0:
+                tx += 1
+            elif dy == 0:
+                ty += 1
+            elif (dx > 0) == (dy > 0):
+                conc += 1
+            else:
+                disc += 1
+    denom = ((conc + disc + tx) * (conc + disc + ty)) ** 0.5
+    return (conc - disc) / denom if denom > 0 else 0.0
+
+
+# -- runtime overhead ------------------------------------------------------------------------
+
+@dataclass
+class RuntimeOverhead:
+    """Per-task costs of legionpy's runtime itself, in seconds (module doc)."""
+
+    launch_s: float = 0.0
+    copy_launch_s: float = 0.0
+    task_s: float = 0.0
+    copy_s: float = 0.0
+    machine: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def is_zero(self) -> bool:
+        return not (self.launch_s or self.copy_launch_s or self.task_s or self.copy_s)
+
+
+def _overhead_path(machine_name: str) -> str:
+    from .costmodel import default_cache_path
+
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", machine_name)
+    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-{safe}.json")
+
+
+def _bcast(value: Any) -> Any:
+    """Rank 0's ``value`` on every rank (identity outside MPI)."""
+    from ..runtime.mpi import cluster, launched_under_mpi
+
+    if not launched_under_mpi():
+        return value
+    return cluster().coll.bcast(value, root=0)
+
+
+def _gather(value: Any) -> list[Any]:
+    """Every rank's ``value`` (a one-element list outside MPI)."""
+    from ..runtime.mpi import cluster, launched_under_mpi
+
+    if not launched_under_mpi():
+        return [value]
+    return cluster().coll.allgather(value)
+
+
+def measure_runtime_overhead(launches: int = 150, tile_rows: int = 16) -> RuntimeOverhead:
+    """Measure :class:`RuntimeOverhead` on the current runtime with empty
+    tasks shaped like a layer's forward (two read-only region arguments and
+    one write-discard output, one point per device). Under MPI it is
+    collective and returns rank 0's figures on every rank. Takes ~0.2 s."""
+    from .. import runtime as lr
+    from ..regions import WD, Partition, R, Region
+    from ..runtime import LaunchOptions, TaskFunction
+
+    rt = lr.get_runtime()
+    n = len(rt.devices)
+    shape = (n * tile_rows, 16)
+    a, w, y = (Region(shape, {"x": np.float32}, name=f"_ovh_{s}") for s in "awy")
+    for r in (a, w, y):
+        r.write("x", np.zeros(shape, np.float32))
+    parts = [Partition.equal(r, (n, 1)) for r in (a, w, y)]
+    colors = parts[0].colors
+    shifted = Partition.by_rects(y, {c: parts[2][((c[0] + 1) % n, 0)].rect for c in colors})
+
+    def empty(*_args: Any) -> None:
+        return None
+
+    noop = TaskFunction(empty, [R("x"), R("x"), WD("x")], name="_ovh_task", kind="compute")
+    reader = TaskFunction(empty, [R("x"), R("x"), WD("x")], name="_ovh_copy", kind="compute")
+    opts = LaunchOptions("_ovh_task", "compute", None)
+    ropts = LaunchOptions("_ovh_copy", "compute", None)
+    for _ in range(10):  # warm up the launch path's caches
+        lr.index_launch(noop, colors, parts[0], parts[1], parts[2], launch_options=opts)
+    lr.fence()
+    rt.trace.start()
+    t0 = time.perf_counter()
+    for _ in range(launches):
+        lr.index_launch(noop, colors, parts[0], parts[1], parts[2], launch_options=opts)
+    launch_s = (time.perf_counter() - t0) / (launches * n)
+    lr.fence()
+    t1 = time.perf_counter()
+    per_copy = []
+    for _ in range(launches // 3):
+        lr.index_launch(noop, colors, parts[0], parts[1], parts[2], launch_options=opts)
+        t = time.perf_counter()
+        lr.index_launch(reader, colors, parts[0], parts[1], shifted, launch_options=ropts)
+        per_copy.append((time.perf_counter() - t) / n)
+    del t1
+    lr.fence()
+    recs = rt.trace.stop()
+    rt.trace.clear()
+    tasks = [r["end"] - r["start"] for r in recs if r["name"].startswith("_ovh_task")
+             and r["kind"] == "compute"]
+    copies = [r["end"] - r["start"] for r in recs if r["kind"] == "copy"]
+    mine = {"launch_s": launch_s,
+            "copy_launch_s": max(0.0, statistics.median(per_copy) - launch_s) if n > 1 else 0.0,
+            "task_s": statistics.median(tasks) if tasks else 0.0,
+            "copy_s": statistics.median(copies) if copies else 0.0}
+    # Copies: subtract what the link model already charges (latency + bytes / bw).
+    if copies and n > 1:
+        from .machine import Machine
+
+        m = Machine.local()
+        ln = m.links[0]
+        nbytes = tile_rows * 16 * 4
+        mine["copy_s"] = max(0.0, mine["copy_s"] - ln.latency - nbytes / ln.bandwidth)
+    figures = _bcast(mine)
+    return RuntimeOverhead(machine="", **figures)
+
+
+def runtime_overhead(machine: Any, refresh: bool = False) -> RuntimeOverhead:
+    """:func:`measure_runtime_overhead` cached per machine name in
+    ``$LEGIONPY_CACHE/overhead-NAME.json`` (collective under MPI)."""
+    from .strategy import atomic_write_json
+
+    path = _overhead_path(machine.name)
+    have = None
+    if not refresh and os.path.exists(path):
+        try:
+            with open(path) as f:
+                have = json.load(f)
+        except (OSError, ValueError):
+            have = None
+    have = _bcast(have)  # every rank takes rank 0's decision
+    if have is not None:
+        return RuntimeOverhead(**{k: have[k] for k in RuntimeOverhead.__dataclass_fields__
+                                  if k in have})
+    ovh = measure_runtime_overhead()
+    ovh.machine = machine.name
+    from ..runtime import get_runtime
+
+    if get_runtime().rank == 0:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write_json(path, ovh.to_dict())
+    return ovh
+
+
+# -- simulation with the runtime's overhead --------------------------------------------------
+
+_NAME = re.compile(r"^(?P<phase>[A-Za-z]+):(?P<what>[^\[@]+)(?:\[(?P<k>[^\]]*)\])?")
+
+
+def _issue_keys(tasks: list[dict], preds: list[list[int]], succs: list[list[int]],
+                op_index: dict[str, int], param_index: dict[str, int]) -> list[tuple]:
+    """A sort key per task giving the runtime's launch order (module doc).
+    Names that do not parse fall back to the task id, keeping the order stable."""
+    keys: list[tuple | None] = [None] * len(tasks)
+    for t in tasks:
+        if t["kind"] == "copy":
+            continue
+        m = _NAME.match(t["name"])
+        tid = t["id"]
+        if m is None:
+            keys[tid] = (3, 0, tid, 0)
+            continue
+        phase, what = m.group("phase"), m.group("what")
+        base = what.split(".")[0]
+        if phase == "F" and base in op_index:
+            keys[tid] = (0, op_index[base], tid, 1)
+        elif phase == "B" and base in op_index:
+            keys[tid] = (1, -op_index[base], tid, 1)
+        elif what in param_index:
+            keys[tid] = (2, param_index[what], tid, 1)
+        else:
+            keys[tid] = (3, 0, tid, 1)
+    # a copy is issued with (just before) its first issued consumer
+    for t in reversed(tasks):
+        if t["kind"] != "copy":
+            continue
+        cons = [keys[s] for s in succs[t["id"]] if keys[s] is not None]
+        if cons:
+            k = min(cons)
+            keys[t["id"]] = (k[0], k[1], k[2], 0)
+        else:
+            keys[t["id"]] = (3, 0, t["id"], 0)
+    return keys  # type: ignore[return-value]
+
+
+def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any = None
+                          ) -> dict[str, Any]:
+    """Re-schedule a simulator task graph (``TaskGraph.to_json()``: tasks with
+    ``duration_s`` and ``device``, ``deps``) with ``overhead`` (module doc).
+    ``graph``: the operator graph, for the launch order (else: id order).
+    Returns ``{"iteration_time_s", "per_device_busy_s", "control_busy_s"}``."""
+    tasks = taskgraph["tasks"]
+    n = len(tasks)
+    preds: list[list[int]] = [[] for _ in range(n)]
+    succs: list[list[int]] = [[] for _ in range(n)]
+    for a, b in taskgraph["deps"]:
+        preds[b].append(a)
+        succs[a].append(b)
+    op_index: dict[str, int] = {}
+    param_index: dict[str, int] = {}
+    if graph is not None:
+        for i, op in enumerate(graph.ops):
+            op_index[op.name] = i
+            for p in op.params.values():
+                param_index.setdefault(p.name, len(param_index))
+    keys = _issue_keys(tasks, preds, succs, op_index, param_index)
+    # the control thread issues every task in launch order
+    issued = [0.0] * n
+    clock = 0.0
+    for tid in sorted(range(n), key=lambda i: keys[i]):
+        is_copy = tasks[tid]["kind"] == "copy"
+        clock += overhead.copy_launch_s if is_copy else overhead.launch_s
+        issued[tid] = clock
+    dur = [t["duration_s"] + (overhead.copy_s if t["kind"] == "copy" else overhead.task_s)
+           for t in tasks]
+    waiting = [len(p) for p in preds]
+    ready = list(issued)
+    heap = [(ready[i], i) for i in range(n) if waiting[i] == 0]
+    heapq.heapify(heap)
+    free: dict[str, float] = {}
+    busy: dict[str, float] = {}
+    end = [0.0] * n
+    done = 0
+    while heap:
+        r, i = heapq.heappop(heap)
+        res = tasks[i]["device"]
+        start = max(r, free.get(res, 0.0))
+        end[i] = start + dur[i]
+        free[res] = end[i]
+        busy[res] = busy.get(res, 0.0) + dur[i]
+        done += 1
+        for s in succs[i]:
+            ready[s] = max(ready[s], end[i])
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                heapq.heappush(heap, (ready[s], s))
+    if done != n:
+        raise ValueError(f"task graph has a cycle: {n - done} of {n} tasks never ran")
+    devices = {t["device"] for t in tasks if t["kind"] != "copy"}
+    return {"iteration_time_s": max(end, default=0.0),
+            "per_device_busy_s": {d: busy.get(d, 0.0) for d in sorted(devices)},
+            "control_busy_s": clock}
+
+
+def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any = "measured",
+                      overhead: RuntimeOverhead | None = None) -> dict[str, Any]:
+    """Simulate one iteration; ``cost_model``: a CostModel or a ``--cost``
+    spec. Returns the simulator's ``SimResult.to_dict()`` plus
+    ``kernel_time_s`` (the plain simulator's iteration time); with
+    ``overhead``, ``iteration_time_s`` and ``per_device_busy_s`` are those
+    of :func:`simulate_with_runtime` and ``overhead`` is recorded."""
+    from .costmodel import CostModel, cost_model_from_spec
+    from .simulator import Simulator
+
+    cm = cost_model if isinstance(cost_model, CostModel) else cost_model_from_spec(cost_model)
+    sim = Simulator(graph, machine, cm)
+    res = sim.run(strategy)
+    out = res.to_dict()
+    out["kernel_time_s"] = res.iteration_time_s
+    out["kernel_per_device_busy_s"] = dict(res.per_device_busy_s)
+    if overhead is not None and not overhead.is_zero:
+        tg = sim.tg.to_json(include_times=False)
+        r = simulate_with_runtime(tg, overhead, graph)
+        out["iteration_time_s"] = r["iteration_time_s"]
+        out["per_device_busy_s"] = {d: r["per_device_busy_s"].get(d, 0.0)
+                                    for d in res.per_device_busy_s}
+        out["control_busy_s"] = r["control_busy_s"]
+    out["overhead"] = overhead.to_dict() if overhead is not None else None
+    return out
+
+
+# -- the real run ----------------------------------------------------------------------------
+
+def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, warmup: int = 2,
+                    seed: int = 0) -> dict[str, Any]:
+    """Compile ``model`` (an uncompiled ``nn.Model``) with ``strategy`` and
+    run ``warmup`` + ``steps`` training steps on the current runtime, each
+    step one ``fit`` call on one batch followed by a fence. Returns
+    ``{"measured_time_s" (median timed step, max over ranks),
+    "measured_step_times_s", "measured_per_device_busy_s" (per step,
+    from the trace), "final_loss"}``. Collective under MPI."""
+    from .. import data as D
+    from .. import nn
+    from .. import runtime as lr
+
+    rt = lr.get_runtime()
+    model.compile(optimizer=nn.SGD(lr=1e-3), loss="sparse_categorical_crossentropy",
+                  strategy=strategy, machine=machine)
+    b = model.batch_size
+    total = warmup + steps
+    try:
+        xs, y = D.for_model(model, total * b, seed=seed)
+    except (ValueError, TypeError):  # not a zoo-shaped model: random data of its shapes
+        xs, y = _random_data(model.graph, total * b, seed)
+    times = []
+    loss = float("nan")
+    lr.fence()
+    for s in range(total):
+        if s == warmup:
+            rt.trace.start()
+        sl = slice(s * b, (s + 1) * b)
+        t0 = time.perf_counter()
+        h = model.fit([x[sl] for x in xs], y[sl], epochs=1, verbose=0, shuffle=False)
+        lr.fence()
+        if s >= warmup:
+            times.append(time.perf_counter() - t0)
+        loss = float(h["loss"][0])
+    recs = rt.trace.stop()
+    rt.trace.clear()
+    busy: dict[int, float] = {}
+    for r in recs:
+        if r["device"] is not None and r["kind"] in ("compute", "update"):
+            busy[r["device"]] = busy.get(r["device"], 0.0) + (r["end"] - r["start"])
+    names = {d.id: d.name for d in machine.devices}
+    merged: dict[str, float] = {names.get(d, str(d)): 0.0 for d in names}
+    for part in _gather(busy):
+        for d, v in part.items():
+            key = names.get(d, str(d))
+            merged[key] = merged.get(key, 0.0) + v / max(steps, 1)
+    medians = _gather(float(statistics.median(times)))
+    all_times = _gather(times)
+    return {"measured_time_s": max(medians),
+            "measured_step_times_s": [max(ts) for ts in zip(*all_times)],
+            "measured_per_device_busy_s": merged, "final_loss": loss}
+
+
+def _random_data(graph: Any, n: int, seed: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """Seeded inputs and class labels of ``graph``'s shapes (float inputs
+    ~ N(0, 1), integer inputs in [0, 2), one label per output row)."""
+    rng = np.random.default_rng(seed)
+    xs = []
+    for op in graph.ops:
+        if op.kind != "input":
+            continue
+        shape = (n, *op.output_shape[1:])
+        if np.dtype(op.dtype).kind in "iu":
+            xs.append(rng.integers(0, 2, shape).astype(op.dtype))
+        else:
+            xs.append(rng.standard_normal(shape).astype(op.dtype))
+    out = graph.ops[-1].output_shape
+    y = rng.integers(0, out[-1], (n, *out[1:-1])).astype(np.int64)
+    return xs, y
+
+
+@dataclass
+class FidelityResult:
+    """Simulated vs measured figures of one (model, strategy) on the local machine."""
+
+    model: str
+    strategy: str
+    machine: str
+    cost_model: str
+    steps: int
+    iteration_time_s: float
+    measured_time_s: float
+    relative_error: float
+    per_device_busy_s: dict = field(default_factory=dict)
+    measured_per_device_busy_s: dict = field(default_factory=dict)
+    measured_step_times_s: list = field(default_factory=list)
+    kernel_time_s: float = 0.0
+    kernel_relative_error: float = 0.0
+    bytes_moved: float = 0.0
+    num_tasks: int = 0
+    overhead: dict | None = None
+    simulation: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def table_row(self) -> str:
+        return (f"{self.model:<10} {self.strategy:<12} {self.iteration_time_s * 1e3:>9.2f} "
+                f"{self.measured_time_s * 1e3:>9.2f} {self.relative_error * 100:>6.1f}%")
+
+
+def _strategy_label(spec: Any) -> str:
+    if isinstance(spec, (str, os.PathLike)):
+        return os.fspath(spec)
+    return "given"
+
+
+def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
+            sizes: dict | None = None, cost: Any = "measured", steps: int = 5, warmup: int = 2,
+            overhead: bool | RuntimeOverhead = True, seed: int = 0,
+            machine: Any = None) -> FidelityResult:
+    """Simulate ``model`` under ``strategy`` on the local machine, run it for
+    real, and compare (module doc).
+
+    ``model``: a zoo name (built with ``scale`` and ``sizes``) or an
+    uncompiled ``nn.Model``; ``strategy``: ``"data" | "model" | "owt" |
+    "expert" | "search"``, a JSON path or a Strategy; ``cost``: a CostModel
+    or ``"measured" | "analytic" | FILE``; ``overhead``: True to add the
+    measured :class:`RuntimeOverhead` of this machine (cached), False for
+    the plain simulator, or given figures. Uses the current runtime (start
+    it first, e.g. ``lp.init(cpus=2)``); collective under MPI, every rank
+    returns rank 0's simulation and the job's measurement."""
+    from .. import models as zoo
+    from ..nn.strategies import resolve_strategy
+    from .machine import Machine
+
+    name = model if isinstance(model, str) else getattr(model.graph, "name", "model")
+    m = zoo.build(model, scale=scale, seed=seed, **(sizes or {})) if isinstance(model, str) \
+        else model
+    machine = machine or Machine.local()
+    strat = resolve_strategy(strategy, m.graph, machine)
+    if overhead is True:
+        ovh: RuntimeOverhead | None = runtime_overhead(machine)
+    elif overhead is False or overhead is None:
+        ovh = None
+    else:
+        ovh = overhead
+    sim = simulate_strategy(m.graph, machine, strat, cost, ovh)
+    sim = _bcast(sim)
+    real = measure_runtime(m, strat, machine, steps=steps, warmup=warmup, seed=seed)
+    t_sim, t_real = sim["iteration_time_s"], real["measured_time_s"]
+    return FidelityResult(
+        model=name, strategy=_strategy_label(strategy), machine=machine.name,
+        cost_model=cost if isinstance(cost, str) else type(cost).__name__, steps=steps,
+        iteration_time_s=t_sim, measured_time_s=t_real,
+        relative_error=relative_error(t_sim, t_real),
+        per_device_busy_s=sim["per_device_busy_s"],
+        measured_per_device_busy_s=real["measured_per_device_busy_s"],
+        measured_step_times_s=real["measured_step_times_s"],
+        kernel_time_s=sim["kernel_time_s"],
+        kernel_relative_error=relative_error(sim["kernel_time_s"], t_real),
+        bytes_moved=sim["bytes_moved"], num_tasks=sim["num_tasks"], overhead=sim["overhead"],
+        simulation={k: v for k, v in sim.items() if k not in ("per_device_busy_s",)})
