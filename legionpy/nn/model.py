@@ -168,10 +168,13 @@ class Model:
 
     # -- training -------------------------------------------------------------------------
     def fit(self, x: Any, y: Any, epochs: int = 1, batch_size: int | None = None,
-            verbose: int = 1, shuffle: bool = True) -> History:
+            verbose: int = 1, shuffle: bool = True,
+            on_step: Any = None) -> History:
         """Train ``epochs`` passes over ``(x, y)`` in batches of the model's
         batch size (the last partial batch is dropped). Shows a tqdm bar with
-        samples/s, loss and metrics when ``verbose``. Returns a History."""
+        samples/s, loss and metrics when ``verbose``. Returns a History whose
+        ``step_loss`` lists every step's loss; ``on_step(step, logs)`` is
+        called as each step's results arrive (one step behind the launches)."""
         ex = self._exec("fit")
         self._check_batch(batch_size)
         xs = self._inputs(x, "fit")
@@ -186,23 +189,7 @@ class Model:
                 from tqdm.auto import tqdm
                 bar = tqdm(total=len(loader) * self.batch_size, unit="sample",
                            desc=f"epoch {epoch + 1}/{epochs}", leave=True)
-            sums: dict[str, float] = {}
-            t0, seen = time.perf_counter(), 0
-            for xb, yb, _ in loader:
-                fm = ex.train_step(self._shards(xb), yb, self._step)
-                self._step += 1
-                hook = getattr(ex.rt.mapper, "after_step", None)
-                if hook is not None:  # e.g. AdaptiveMapper: may call set_strategy
-                    hook(self)
-                for r in fm.get():
-                    for k, v in r.items():
-                        sums[k] = sums.get(k, 0.0) + v
-                seen += 1
-                if bar is not None:
-                    bar.update(self.batch_size)
-                    post = self._means(sums, seen, t0)
-                    post.pop("samples_per_s")  # tqdm shows the rate itself
-                    bar.set_postfix(post, refresh=False)
+            sums, seen, t0 = self._fit_epoch(ex, loader, bar, hist, on_step)
             means = self._means(sums, seen, t0)
             for k, v in means.items():
                 hist.setdefault(k, []).append(v)
@@ -210,6 +197,52 @@ class Model:
                 bar.set_postfix({k: v for k, v in means.items() if k != "samples_per_s"})
                 bar.close()
         return hist
+
+    def _fit_epoch(self, ex: Any, loader: Any, bar: Any, hist: History,
+                   on_step: Any) -> tuple[dict[str, float], int, float]:
+        """One pass over ``loader``: (summed results, steps, start time).
+
+        Step i+1 is launched before step i's results are waited for, so the
+        launching thread's analysis overlaps the devices' work (the runtime
+        orders the steps by their region dependences). A mapper with an
+        ``after_step`` hook sees every step synchronously instead."""
+        sums: dict[str, float] = {}
+        t0, seen = time.perf_counter(), 0
+
+        def consume(fm: Any) -> None:
+            nonlocal seen
+            step: dict[str, float] = {}
+            for r in fm.get():
+                for k, v in r.items():
+                    step[k] = step.get(k, 0.0) + v
+            for k, v in step.items():
+                sums[k] = sums.get(k, 0.0) + v
+            hist.setdefault("step_loss", []).append(step.get("loss", 0.0))
+            if on_step is not None:
+                on_step(len(hist["step_loss"]) - 1, step)
+            seen += 1
+            if bar is not None:
+                bar.update(self.batch_size)
+                post = self._means(sums, seen, t0)
+                post.pop("samples_per_s")  # tqdm shows the rate itself
+                bar.set_postfix(post, refresh=False)
+
+        pending = None
+        for xb, yb, _ in loader:
+            fm = ex.train_step(self._shards(xb), yb, self._step)
+            self._step += 1
+            hook = getattr(ex.rt.mapper, "after_step", None)
+            if pending is not None:
+                consume(pending)
+                pending = None
+            if hook is not None:  # e.g. AdaptiveMapper: sees this step's trace
+                consume(fm)
+                hook(self)  # may call set_strategy
+            else:
+                pending = fm
+        if pending is not None:
+            consume(pending)
+        return sums, seen, t0
 
     def _means(self, sums: dict, steps: int, t0: float) -> dict[str, float]:
         out = {"loss": sums.get("loss", 0.0) / max(steps, 1)}
