@@ -19,12 +19,12 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-import tempfile
 import time
 from typing import Any
 
 import numpy as np
 
+from ..atomic import atomic_write
 from ..errors import ModelError
 from ..optimizer import Graph, Machine
 from .data import DataLoader, shard
@@ -304,19 +304,7 @@ class Model:
         """Write parameters (and batch-norm running statistics) to ``path``
         (.npz) atomically: a crash mid-save leaves the previous file intact."""
         arrays = {**self.parameters(), **self._buffers()}
-        path = os.fspath(path)
-        d = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".ckpt-", suffix=".npz")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **arrays)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        atomic_write(path, lambda f: np.savez(f, **arrays), binary=True)
 
     def load(self, path: str | os.PathLike) -> None:
         """Read parameters saved by :meth:`save` into the model's regions."""

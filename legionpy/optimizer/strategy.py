@@ -21,29 +21,18 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from ..atomic import atomic_write_json as _atomic_write_json
 from ..errors import StrategyError
 
 __all__ = ["ParallelConfig", "Strategy", "atomic_write_json", "largest_divisor"]
 
 
 def atomic_write_json(path: str, obj) -> None:
-    """Write ``obj`` as JSON to ``path`` atomically."""
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=1, sort_keys=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write ``obj`` as indented JSON to ``path`` atomically."""
+    _atomic_write_json(path, obj, indent=1)
 
 
 def largest_divisor(n: int, at_most: int) -> int:

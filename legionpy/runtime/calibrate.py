@@ -37,12 +37,13 @@ import json
 import os
 import socket
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ..atomic import atomic_write_json
 
 __all__ = ["describe_job", "cache_dir"]
 
@@ -185,9 +186,6 @@ def _gpu_memcpy(devices: list) -> dict | None:
 def _save(path: Path, data: dict) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".machine-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
+        atomic_write_json(path, data)
     except OSError:
         pass  # a read-only home: the in-memory cache still holds it

@@ -24,12 +24,11 @@ and link (named by metadata events), the record itself under ``args``.
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 import threading
 from typing import Any
 
+from ..atomic import atomic_write_json
 from .devices import queue_name
 from .scheduler import FAILED, Op
 
@@ -106,12 +105,7 @@ class Trace:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write Chrome trace JSON atomically (temp file + rename)."""
-        path = os.fspath(path)
-        d = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".trace-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.to_chrome(), f, default=_jsonable)
-        os.replace(tmp, path)
+        atomic_write_json(path, self.to_chrome(), default=_jsonable)
 
 
 def _jsonable(v: Any) -> Any:
