@@ -53,7 +53,26 @@ def _as_shape(shape: Any) -> Point:
     return tuple(int(n) for n in out)
 
 
-class Region:
+class _DataAccess:
+    """``read`` / ``write`` of a field over this (sub)region's rect, through the
+    runtime (which waits for pending writers and gathers valid pieces)."""
+
+    def read(self, field: str) -> Any:
+        """A numpy copy of ``field`` over ``self.rect``."""
+        self.fields.resolve((field,), where=self.name)
+        from legionpy.runtime import runtime
+
+        return runtime().read_region(self, field)
+
+    def write(self, field: str, array: Any) -> None:
+        """Replace ``field`` over ``self.rect`` with ``array`` (shape ``self.shape``)."""
+        self.fields.resolve((field,), where=self.name)
+        from legionpy.runtime import runtime
+
+        runtime().write_region(self, field, array)
+
+
+class Region(_DataAccess):
     """Root logical region of ``shape`` with named, typed ``fields``.
 
     >>> import numpy as np
@@ -94,26 +113,11 @@ class Region:
         """Number of points."""
         return self.rect.volume
 
-    # -- data, through the runtime ------------------------------------------------
-    def read(self, field: str) -> Any:
-        """A numpy copy of the whole ``field`` (waits for pending writers)."""
-        self.fields.resolve((field,), where=self.name)
-        from legionpy.runtime import runtime
-
-        return runtime().read_region(self, field)
-
-    def write(self, field: str, array: Any) -> None:
-        """Replace the whole ``field`` with ``array`` (shape ``self.shape``)."""
-        self.fields.resolve((field,), where=self.name)
-        from legionpy.runtime import runtime
-
-        runtime().write_region(self, field, array)
-
     def __repr__(self) -> str:
         return f"Region({self.name!r}, shape={self.shape}, fields={list(self.fields)})"
 
 
-class Subregion:
+class Subregion(_DataAccess):
     """One piece of a partition: ``P[color]``.
 
     ``rect`` is in the root's coordinates, so a nested partition of a
@@ -162,20 +166,6 @@ class Subregion:
     @property
     def name(self) -> str:
         return f"{self.root.name}{list(self.color)}"
-
-    def read(self, field: str) -> Any:
-        """A numpy copy of ``field`` over this subregion's rect."""
-        self.fields.resolve((field,), where=self.name)
-        from legionpy.runtime import runtime
-
-        return runtime().read_region(self, field)
-
-    def write(self, field: str, array: Any) -> None:
-        """Replace ``field`` over this rect with ``array`` (shape ``self.shape``)."""
-        self.fields.resolve((field,), where=self.name)
-        from legionpy.runtime import runtime
-
-        runtime().write_region(self, field, array)
 
     def __repr__(self) -> str:
         return f"Subregion({self.root.name!r}, color={self.color}, rect={self.rect})"
