@@ -9,6 +9,13 @@ from __future__ import annotations
 from .adaptive import AdaptiveMapper  # noqa: F401
 from .base import Mapper, MapperTask, Mapping, TaskOptions
 from .default import DefaultMapper, RandomMapper
-from .strategy import StrategyMapper, weight_tiles  # noqa: F401
+from .strategy import (  # noqa: F401
+    StrategyMapper,
+    WeightTile,
+    param_tiles,
+    update_points,
+    update_shards,
+    weight_tiles,
+)
 
 __all__ = ["Mapper", "MapperTask", "Mapping", "TaskOptions", "DefaultMapper", "RandomMapper"]

@@ -54,7 +54,7 @@ from typing import Any
 
 from ..optimizer.costmodel import AnalyticCostModel, CostModel
 from ..optimizer.strategy import ParallelConfig, Strategy
-from .strategy import StrategyMapper, weight_tiles
+from .strategy import StrategyMapper, update_points, weight_tiles
 
 __all__ = ["AdaptiveMapper", "Move", "op_tags", "modelled_busy", "BOUNDS"]
 
@@ -137,8 +137,8 @@ def modelled_busy(graph: Any, strategy: Strategy, machine: Any,
             tiles[(op.name, k)] = f + b
             busy[dev] += f + b
     params = graph.parameters()
-    for pname, homes in weight_tiles(graph, strategy).items():
-        for rect, home in homes:
+    for pname, wts in weight_tiles(graph, strategy).items():
+        for rect, home in update_points(wts):
             busy[home] += cost.update_time(params[pname], rect, machine.devices[home])
     return busy, tiles
 

@@ -10,10 +10,12 @@ device of every point:
 
 - F and B of op ``o``: point ``k`` (row-major in the degree grid) ->
   ``strategy[o].devices[k]``;
-- U of parameter ``p``: point ``t`` (the ``t``-th distinct weight tile, in
-  first-use order over (op order, k)) -> the tile's home, the device of its
-  first use (:func:`weight_tiles`, the same rule as the optimizer's
-  task-graph builder).
+- U of parameter ``p``: point ``t`` (the ``t``-th update shard: shards of
+  the distinct weight tiles, tiles in first-use order over (op order, k))
+  -> the shard's home (:func:`weight_tiles`: a tile used by devices ``U``
+  is split into ``min(|U|, extent)`` shards along its largest dim, shard
+  ``c`` homed on ``U[c]``; the same function the optimizer's task-graph
+  builder calls).
 
 Launches without such a tag (user tasks) fall back to the DefaultMapper's
 policy. Every answer is a pure function of the tag, the point and the
@@ -22,40 +24,97 @@ registered strategies, so MPI ranks agree without talking.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
-from ..errors import MappingError, StrategyError
+from ..errors import MappingError
 from ..geometry import Rect
 from ..runtime.devices import Device
 from .base import MapperTask
 from .default import DefaultMapper
 
-__all__ = ["StrategyMapper", "weight_tiles"]
+__all__ = ["StrategyMapper", "weight_tiles", "WeightTile", "update_shards", "param_tiles",
+           "update_points"]
 
 
-def weight_tiles(graph: Any, strategy: Any) -> dict[str, list[tuple[Rect, int]]]:
-    """``{parameter name: [(weight rect, home device), ...]}``: the distinct
-    weight tiles of every parameter in first-use order over (op order, tile k);
-    a tile's home is the device of its first use. Partially overlapping tiles
-    of one parameter (shared parameters under different configs) raise."""
-    out: dict[str, dict[Rect, int]] = {}
-    for op in graph.ops:
-        if not op.params:
-            continue
-        cfg = strategy[op.name]
+class WeightTile(NamedTuple):
+    """One distinct weight tile of a parameter: its ``rect``, the devices
+    that use it (``users``, in first-use order over (op order, tile k)) and
+    its update ``shards``: ``(shard rect, home device)`` pairs."""
+
+    rect: Rect
+    users: tuple[int, ...]
+    shards: tuple[tuple[Rect, int], ...]
+
+
+def update_shards(rect: Rect, users: tuple[int, ...]) -> tuple[tuple[Rect, int], ...]:
+    """Sharded weight update (docs/taskgraph.md): ``rect`` used by the devices
+    ``users`` is cut into ``s = min(len(users), extent)`` shards along its
+    largest dim (the first on ties; ``numpy.array_split`` bounds), shard
+    ``c`` homed on ``users[c]``. One user: the whole tile, on that user."""
+    shape = rect.shape
+    d = max(range(len(shape)), key=lambda i: (shape[i], -i)) if shape else 0
+    s = max(1, min(len(users), shape[d] if shape else 1))
+    degrees = tuple(s if i == d else 1 for i in range(len(shape)))
+    return tuple(zip(rect.split(degrees), users[:s]))
+
+
+def param_tiles(name: str, uses: Any) -> list[WeightTile]:
+    """The weight tiles of one parameter from ``uses``: ``(op, pname, config)``
+    of every op using it, in op order. The one rule both halves use.
+    Overlapping weight rects (a shared parameter whose users have different
+    configs) are merged into their bounding box, users in first-use order."""
+    tiles: dict[Rect, list[int]] = {}
+    for op, pnames, cfg in _grouped(uses):
         for k, tile in enumerate(op.output_rect.split(cfg.degrees)):
-            for pname, p in op.params.items():
-                out.setdefault(p.name, {}).setdefault(op.weight_rect(pname, tile),
-                                                      cfg.devices[k])
-    for name, tiles in out.items():
-        rects = list(tiles)
-        for i, a in enumerate(rects):
-            for b in rects[i + 1:]:
+            dev = cfg.devices[k]
+            for pname in pnames:
+                users = tiles.setdefault(op.weight_rect(pname, tile), [])
+                if dev not in users:
+                    users.append(dev)
+    items = list(tiles.items())
+    merged = True
+    while merged:  # overlapping tiles (a shared parameter under different configs)
+        merged = False
+        for i in range(len(items)):
+            for j in range(i + 1, len(items)):
+                (a, ua), (b, ub) = items[i], items[j]
                 if (a & b).volume:
-                    raise StrategyError(
-                        f"parameter {name!r} has overlapping weight tiles {a} and {b} (ops "
-                        "sharing it have different configs); give its users the same split")
-    return {name: list(tiles.items()) for name, tiles in out.items()}
+                    items[i] = (a.bounding(b), ua + [d for d in ub if d not in ua])
+                    del items[j]
+                    merged = True
+                    break
+            if merged:
+                break
+    return [WeightTile(r, tuple(u), update_shards(r, tuple(u))) for r, u in items]
+
+
+def _grouped(uses: Any) -> list:
+    out: list = []
+    for op, pname, cfg in uses:
+        if out and out[-1][0] is op:
+            out[-1][1].append(pname)
+        else:
+            out.append((op, [pname], cfg))
+    return out
+
+
+def weight_tiles(graph: Any, strategy: Any) -> dict[str, list[WeightTile]]:
+    """``{parameter name: [WeightTile, ...]}``: the distinct weight tiles of
+    every parameter (parameters and tiles in first-use order over (op order,
+    tile k)) with their users and update shards (:func:`update_shards`).
+    Partially overlapping tiles of one parameter (shared parameters under
+    different configs) are merged into their bounding box."""
+    uses: dict[str, list] = {}
+    for op in graph.ops:
+        for pname, p in op.params.items():
+            uses.setdefault(p.name, []).append((op, pname, strategy[op.name]))
+    return {name: param_tiles(name, u) for name, u in uses.items()}
+
+
+def update_points(tiles: list[WeightTile]) -> list[tuple[Rect, int]]:
+    """The points of a parameter's update launch: ``(shard rect, home)`` of
+    every shard of every tile, in order (point index = position)."""
+    return [sh for t in tiles for sh in t.shards]
 
 
 class StrategyMapper(DefaultMapper):
@@ -74,7 +133,7 @@ class StrategyMapper(DefaultMapper):
             self.table[(op.name, "F", model_id)] = devs
             self.table[(op.name, "B", model_id)] = devs
         for pname, tiles in weight_tiles(graph, strategy).items():
-            self.table[(pname, "U", model_id)] = tuple(home for _, home in tiles)
+            self.table[(pname, "U", model_id)] = tuple(h for _, h in update_points(tiles))
 
     def select_parallel_config(self, op: Any, graph: Any, machine: Any) -> Any:
         for g, s in self.strategies.values():

@@ -17,9 +17,11 @@ the row-major degree grid, on ``c.devices[k]``):
   rect is mapped to the producer's coordinates);
 - parameter ``w``: ``Partition.by_rects(region(w), {color_k:
   op.weight_rect(w, tile_k)})`` (aliased: replicas);
-- updates: ``Partition.by_rects(region(w), {(t,): rect_t})`` over the
-  distinct weight tiles (disjoint), homes from
-  :func:`legionpy.mapper.weight_tiles`.
+- updates: ``Partition.by_rects(region(w), {(t,): shard_t})`` over the
+  update shards of the distinct weight tiles (disjoint; a tile used by the
+  devices ``U`` is cut into ``min(|U|, extent)`` shards along its largest
+  dim, shard ``c`` homed on ``U[c]``), from
+  :func:`legionpy.mapper.weight_tiles` / ``update_points``.
 
 One training step launches, in this order (every launch an index launch
 with ``LaunchOptions(name, kind, tag=(name, phase, model id))`` so the
@@ -37,7 +39,9 @@ point task by (phase, op or parameter, point index)):
    with the metric sums), ``R(val) + Reduce("+", grad)`` on each input rect
    and ``R(w) + Reduce("+", g)`` on each weight rect;
 3. ``U(w)`` for every parameter in first-use order: ``RW`` on ``w``, ``g``
-   and the optimizer state over each distinct weight tile, on its home.
+   and the optimizer state over each update shard, on its home (so the
+   replicas' gradients are reduce-scattered to the shard homes and the
+   updated shards all-gathered by the next forward's reads).
    Embedding tables are updated SPARSELY: U applies the optimizer only to
    the rows whose summed gradient is nonzero (the ids of this batch), so
    the update's work is proportional to the tokens used, not the vocabulary
@@ -48,9 +52,10 @@ point task by (phase, op or parameter, point index)):
    dense ``g`` tile (a region field), exactly as the simulator counts it.
 
 The runtime's dependence and coherence analysis then yields the section 2
-graph: copies of producer tiles into halos and of weights from their home
-to replicas; reduction buffers (folded by the readers) for overlapping
-input gradients and for weight gradients, copied to the home before U.
+graph (docs/taskgraph.md): copies of producer tiles into halos and of
+weight shards from their homes to the other users; per-task reduction
+buffers (folded by the readers) for overlapping input gradients and for
+weight gradients, copied to the shard homes before U.
 
 Per-tile state between F and B (see :mod:`legionpy.ops.execute`) is kept in
 ``OpPlan.cache[k]``; F(o,k) and B(o,k) run on one device, in that order.
@@ -66,7 +71,7 @@ import numpy as np
 
 from .. import runtime as lr
 from ..errors import ModelError
-from ..mapper import StrategyMapper, weight_tiles
+from ..mapper import StrategyMapper, update_points, weight_tiles
 from ..ops.execute import Tile, check_tiling, loss_gradient, tile_backward, tile_forward
 from ..regions import RW, WD, Partition, R, Reduce, Region
 from ..runtime import LaunchOptions, TaskFunction
@@ -101,6 +106,10 @@ def _throttle(device: int, t0: float) -> None:
     f = SLOW_DEVICES.get(device)
     if f and f > 1:
         time.sleep((f - 1.0) * (time.perf_counter() - t0))
+
+
+def _stand_in(ex: Any, name: str) -> None:
+    time.sleep(ex.standin.get(name, 0.0))
 
 
 def _drop_axis(a: Any, view: tuple[int, int] | None) -> Any:
@@ -161,6 +170,8 @@ class OpPlan:
     def _forward(self, out: Any, *views: Any, step: int, training: bool,
                  data: dict | None = None) -> None:
         k = self.index[self._color(out)]
+        if self.ex.standin is not None:
+            return _stand_in(self.ex, f"F:{self.op.name}[{k}]")
         if data is not None:
             out.val[...] = data[out.rect.lo[0]]
             return
@@ -174,6 +185,9 @@ class OpPlan:
 
     def _backward(self, out: Any, *views: Any, step: int, target: Any = None) -> Any:
         k = self.index[self._color(out)]
+        if self.ex.standin is not None:
+            _stand_in(self.ex, f"B:{self.op.name}[{k}]")
+            return {"loss": 0.0} if self.is_last else None
         t0 = time.perf_counter()
         op, nin = self.op, len(self.ins)
         t = self._tile(out, views, k, False, step=step)
@@ -232,6 +246,12 @@ class Executor:
             self.pregions[name] = Region(p.shape, fields, name=name)
             self.pregions[name].write("w", initial_value(p, seed))
         self.plans: list[OpPlan] = []
+        #: Stand-in mode (invariant 3, docs/taskgraph.md): ``{task name
+        #: ("F:op[k]", "B:op[k]", "U:param[t]"): seconds}``; when set, each
+        #: task sleeps its duration instead of running its kernel (regions
+        #: are still accessed, so the runtime makes the same copies). See
+        #: :func:`legionpy.optimizer.mirror.install_standins`.
+        self.standin: dict[str, float] | None = None
         self.set_strategy(strategy)
 
     def set_strategy(self, strategy: Any) -> None:
@@ -253,7 +273,7 @@ class Executor:
                   for p in op.params.values()}
         for name, tiles in weight_tiles(graph, strategy).items():
             part = Partition.by_rects(self.pregions[name], {(t,): r for t, (r, _) in
-                                                            enumerate(tiles)})
+                                                            enumerate(update_points(tiles))})
             task = TaskFunction(self._update, [RW(*u_fields)], name=f"U({name})", kind="update")
             self.updates.append((part, task, LaunchOptions(f"U({name})", "update",
                                                            (name, "U", model_id)),
@@ -308,10 +328,13 @@ class Executor:
             if pl.is_last:
                 fm = f
         for part, task, opts, sparse in self.updates:
-            lr.index_launch(task, part.colors, part, step + 1, sparse, launch_options=opts)
+            lr.index_launch(task, part.colors, part, step + 1, sparse, opts.tag[0],
+                            launch_options=opts)
         return fm
 
-    def _update(self, v: Any, step: int, sparse: bool = False) -> None:
+    def _update(self, v: Any, step: int, sparse: bool = False, name: str = "") -> None:
+        if self.standin is not None:
+            return _stand_in(self, f"U:{name}[{v.region.color[0]}]")
         if not sparse:
             self.opt.update(v.w, v.g, {f: v[f] for f in self.opt.fields}, step)
             return

@@ -1,45 +1,69 @@
-"""The iteration task graph (paper section 5.1; DESIGN.md section 2, built
-exactly), stored in flat arrays so one operator's tasks can be replaced in
-place for delta simulation (Algorithm 2).
+"""The iteration task graph (paper section 5.1; DESIGN.md section 2 with the
+copy, de-duplication, reduction and sharded-update rules of
+docs/taskgraph.md), stored in flat arrays so the blocks that depend on one
+operator can be replaced in place for delta simulation (Algorithm 2).
 
-Tasks, for operator ``o`` with config ``c`` (tile ``k`` = ``Rect.split`` point
-``k`` in row-major order, on device ``c.devices[k]``):
+It is the graph the runtime executes (invariant 3, checked by
+tests/runtime/test_mirror.py): the copies are derived by running the
+runtime's own coherence state machine (:class:`legionpy.runtime.coherence.
+FieldState`, same Rect operations, devices as memories) over the accesses of
+one steady-state iteration, in the runtime's launch order.
 
-- ``F(o,k)`` forward (for an input op: the load, costing the host-to-device
-  copy of the tile); ``B(o,k)`` backward, after ``F(o,k)`` (input ops have none).
-- For input ``i`` of ``o`` produced by ``p`` and each producer tile ``j`` that
-  intersects ``need = op.input_rect(i, tile k)``: same device -> edges
-  ``F(p,j) -> F(o,k)`` and ``B(o,k) -> B(p,j)``; different devices -> a copy
-  of ``volume(tile_j & need) * itemsize`` bytes on every link of the route,
-  hop after hop: ``F(p,j) -> X -> F(o,k)``, and the gradient copy back
-  ``B(o,k) -> Y -> B(p,j)``.
-- Weights: each distinct ``(parameter, weight_rect)`` is a weight tile,
-  numbered in first-use order over (op order, k); its home is the device of
-  that first use. Each other device using it gets a copy home -> device (no
-  predecessor: it follows the previous iteration's update) before its ``F``
-  tasks; each such device sends one gradient copy back after all its ``B``
-  tasks using the tile; ``U(param, tile)`` on the home follows the home's
-  ``B`` tasks and every gradient copy.
+Tasks, for operator ``o`` with config ``c`` (tile ``k`` = ``Rect.split``
+point ``k`` in row-major order, on device ``c.devices[k]``):
 
-Stable task ids. Each task has a 58-bit key, a pure function of what the task
-is, never of build order: ``((((owner*256 + role)*65536 + a)*65536 + b)*16 +
-hop)`` with
+- ``F(o,k)`` forward (an input op: the load, costing the host-to-device copy
+  of the tile); ``B(o,k)`` backward, after ``F(o,k)`` (ops with a backward).
+- Tensor ``T`` = output of ``p`` (block ``("tensor", p)``, depends on the
+  configs of ``p`` and of ALL its consumers): field ``val`` starts as the
+  tiles of ``p`` valid on their devices; the forward readers (consumers in
+  op order, then ``k``, then input position) read ``op.input_rect(i, tile
+  k)``: data already valid on the reader's device is not copied again (one
+  copy per (reader task, source device), merging every piece from that
+  source; the source is the last writer's device -- the producer tile's, a
+  shard's home -- while valid there, else the lowest valid device, as the
+  runtime chooses);
+  field ``grad`` starts as a lazy fill, consumers' ``B`` add per-task
+  reduction buffers (reverse op order, then ``k``), and ``B(p,j)`` reads its
+  tile: one copy per (reducing task on another device, reader).
+- Parameter ``w`` (block ``("param", w)``, depends on the configs of all its
+  users): weight tiles and their update shards come from
+  :func:`legionpy.mapper.weight_tiles` (the runtime's rule): a tile used by
+  devices ``U`` (first-use order) is split into ``min(|U|, extent)`` shards
+  along its largest dim, shard ``c`` homed on ``U[c]``. Field ``w`` starts as
+  the shards valid on their homes (written by the previous iteration's
+  updates); forward readers copy the shards they lack (de-duplicated and
+  merged like activations). Field ``g``: users' ``B`` reduce their weight
+  rect into per-task buffers; ``U(w, t)`` for update point ``t`` (shard) on
+  its home folds them: one copy per (reducing task on another device,
+  shard).
 
-========================  ======  ==============  ===================  =======
-task                      owner   role            a                    b
-========================  ======  ==============  ===================  =======
-F(o,k) / B(o,k)           o       0 / 1           k                    0
-forward copy, input i     o       2 + 2i          consumer tile k      producer tile j
-gradient copy, input i    o       3 + 2i          k                    j
-weight copy               P + w   0               weight tile          dst device
-weight-gradient copy      P + w   1               weight tile          src device
-update U                  P + w   2               weight tile          0
-========================  ======  ==============  ===================  =======
+Stable task ids. A task's key is a pure function of what the task is and
+sorts exactly like the runtime's op ids (launch order: ``F`` launches in op
+order, ``B`` launches in reverse op order, then ``U`` launches in parameter
+first-use order; in a launch its points ``k`` ascending, then the copies
+made while analysing point ``k``, by argument position and order of
+creation)::
 
-(``o``: op index in graph order; ``P``: number of ops; ``w``: parameter index
-in first-use order; ``hop``: position on the route.) The keys break FIFO ties
-in the simulator; the ``--taskgraph`` JSON (and the runtime's trace) number
-tasks ``0..n-1`` in increasing key order.
+    key = (((((L * 2 + part) * 2**16 + k) * 2**7 + arg) * 2**12 + c) * 2**4 + hop
+
+========================  =========================  ====  =====  =========  ===
+task                      L (launch)                 part  k      arg        c
+========================  =========================  ====  =====  =========  ===
+F(o,k)                    o                          0     k      0          0
+B(o,k)                    P + (P - 1 - o)            0     k      0          0
+U(w,t)                    2P + w                     0     t      0          0
+copy feeding F(o,k)       o                          1     k      position   n
+copy feeding B(o,k)       P + (P - 1 - o)            1     k      0 (grad)   n
+copy feeding U(w,t)       2P + w                     1     t      0 (g)      n
+========================  =========================  ====  =====  =========  ===
+
+(``P``: number of ops; ``w``: parameter index in first-use order;
+``position``: the region argument the copy serves (1 + input index, or 1 +
+inputs + weight index); ``n``: the copy's rank among the copies of that
+access, in creation order; ``hop``: position on the route, the simulator
+only -- the runtime copies directly.) The keys break FIFO ties in the
+simulator; the ``--taskgraph`` JSON numbers tasks ``0..n-1`` in key order.
 """
 
 from __future__ import annotations
@@ -47,17 +71,30 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import StrategyError
+from ..mapper.strategy import param_tiles, update_points
+from ..runtime.coherence import FieldState, Piece, Request
 from . import simkernels as K
 
-__all__ = ["TaskGraph", "pack_key", "KIND_NAMES"]
+__all__ = ["TaskGraph", "pack_key", "unpack_key", "KIND_NAMES"]
 
 MAXT = 1024  # tiles per op
 F_, B_, COPY, UPDATE, LOAD = 0, 1, 2, 3, 4
 KIND_NAMES = ("compute", "compute", "copy", "update", "compute")
+_CID = 1 << 40  # copy ids handed to FieldState (codes >= _CID)
 
 
-def pack_key(owner, role, a=0, b=0, hop=0):
-    return ((((owner * 256 + role) * 65536 + a) * 65536 + b) * 16 + hop)
+def pack_key(L, part=0, k=0, arg=0, c=0, hop=0):
+    return (((((L * 2 + part) * 65536 + k) * 128 + arg) * 4096 + c) * 16 + hop)
+
+
+def unpack_key(key: int) -> tuple[int, int, int, int, int, int]:
+    """``(L, part, k, arg, c, hop)`` of a key."""
+    key, hop = divmod(int(key), 16)
+    key, c = divmod(key, 4096)
+    key, arg = divmod(key, 128)
+    key, k = divmod(key, 65536)
+    L, part = divmod(key, 2)
+    return L, part, k, arg, c, hop
 
 
 def _ext(q, role, j):
@@ -65,13 +102,29 @@ def _ext(q, role, j):
     return -1 - ((q * 2 + role) * MAXT + j)
 
 
-class _Block:
-    """Tasks (arrays) and edges (codes: >= 0 local index, < 0 external F/B)."""
+def _code(d, cmap):
+    """Edge code of a FieldState producer: None (the previous iteration) ->
+    None; a copy id -> its last hop; else the code itself."""
+    if d is None:
+        return None
+    if d >= _CID:
+        return cmap[d]
+    return d
 
-    __slots__ = ("key", "dur", "res", "kind", "nbytes", "mdev", "mbytes", "esrc", "edst")
+
+def _no_id():
+    raise AssertionError("internal: a reduction access made a copy")
+
+
+class _Block:
+    """Tasks (arrays) and edges (codes: >= 0 local index, < 0 external F/B).
+    ``ends``: copies ``src * 65536 + dst`` (devices of the whole copy), else -1."""
+
+    __slots__ = ("key", "dur", "res", "kind", "nbytes", "mdev", "mbytes", "ends", "esrc",
+                 "edst")
 
     def __init__(self, tasks, edges):
-        cols = list(zip(*tasks)) if tasks else [()] * 7
+        cols = list(zip(*tasks)) if tasks else [()] * 8
         self.key = np.array(cols[0], np.int64)
         self.dur = np.array(cols[1], np.float64)
         self.res = np.array(cols[2], np.int64)
@@ -79,6 +132,7 @@ class _Block:
         self.nbytes = np.array(cols[4], np.float64)
         self.mdev = np.array(cols[5], np.int64)
         self.mbytes = np.array(cols[6], np.float64)
+        self.ends = np.array(cols[7], np.int64)
         e = np.array(edges, np.int64).reshape(-1, 2)
         self.esrc, self.edst = e[:, 0].copy(), e[:, 1].copy()
 
@@ -103,6 +157,9 @@ class TaskGraph:
         for o in ops:
             for i, r in enumerate(o.inputs):
                 self.consumers[r.op.index].append((o.index, i))
+        #: distinct consumer ops of each op's output, in op order
+        self.cons_ops = [sorted({c for c, _ in cs}) for cs in self.consumers]
+        self.P = len(ops)
         if len(ops) + len(self.params) >= 2**14:
             raise StrategyError(f"graph has {len(ops)} ops and {len(self.params)} parameters; "
                                 f"task keys allow 16383 in all")
@@ -127,6 +184,7 @@ class TaskGraph:
         self.nbytes = np.zeros(nt)
         self.mdev = np.zeros(nt, np.int64)
         self.mbytes = np.zeros(nt)
+        self.ends = np.full(nt, -1, np.int64)
         self.ready, self.start, self.end = np.zeros(nt), np.zeros(nt), np.zeros(nt)
         self.dprev = np.full(nt, -1, np.int64)
         self.dnext = np.full(nt, -1, np.int64)
@@ -148,7 +206,7 @@ class TaskGraph:
         old = self.cap_t
         new = max(2 * old, old + need)
         for name, fill in (("alive", False), ("key", 0), ("dur", 0), ("res", 0), ("kind", 0),
-                           ("nbytes", 0), ("mdev", 0), ("mbytes", 0), ("ready", 0),
+                           ("nbytes", 0), ("mdev", 0), ("mbytes", 0), ("ends", -1), ("ready", 0),
                            ("start", 0), ("end", 0), ("dprev", -1), ("dnext", -1),
                            ("out_head", -1), ("in_head", -1)):
             a = getattr(self, name)
@@ -193,25 +251,15 @@ class TaskGraph:
                                     f"the limit of {MAXT}")
         return t
 
-    def pairs(self, o: int, i: int, dp: tuple, do: tuple) -> list:
-        """``(j, k, volume)`` of producer tiles j meeting consumer tile k's need."""
-        k_ = (o, i, dp, do)
-        r = self._pairs.get(k_)
+    def need(self, o: int, i: int, degrees: tuple) -> list:
+        """Rect (producer coordinates) input ``i`` of op ``o`` needs per tile."""
+        key = (o, i, degrees)
+        r = self._pairs.get(key)
         if r is None:
             op = self.graph.ops[o]
             ref = op.inputs[i]
-            tp, to = self.tiles(ref.op.index, dp), self.tiles(o, do)
-            r = []
-            for k, tk in enumerate(to):
-                need = op.input_rect(i, tk)
-                if need.empty:
-                    continue
-                need = ref.to_base(need)
-                for j, tj in enumerate(tp):
-                    v = (tj & need).volume
-                    if v:
-                        r.append((j, k, v))
-            self._pairs[k_] = r
+            r = self._pairs[key] = [ref.to_base(op.input_rect(i, t))
+                                    for t in self.tiles(o, degrees)]
         return r
 
     # -- blocks --------------------------------------------------------------------
@@ -220,24 +268,53 @@ class TaskGraph:
 
     def _copy_chain(self, tasks, edges, key0, src_dev, dst_dev, nbytes, mem_dev, mem_bytes,
                     pred, succ):
-        """Append hops of a copy; edges pred -> hop0 -> ... -> succ (codes)."""
+        """Append hops of a copy; edges pred -> hop0 -> ... -> succ (codes).
+        Returns (first hop, last hop) local indices."""
         prev = pred
         route = self._route(src_dev, dst_dev)
+        first = len(tasks)
+        ends = src_dev * 65536 + dst_dev
         for h, lid in enumerate(route):
             ln = self.machine.links[lid]
             last = h == len(route) - 1
             tasks.append((key0 + h, self.cost.copy_time(nbytes, ln), self.D + lid, COPY,
-                          nbytes, mem_dev if last else 0, mem_bytes if last else 0.0))
+                          nbytes, mem_dev if last else 0, mem_bytes if last else 0.0, ends))
             cur = len(tasks) - 1
             if prev is not None:
                 edges.append((prev, cur))
             prev = cur
         if succ is not None:
             edges.append((prev, succ))
-        return prev
+        return first, prev
+
+    def _access(self, st, req, key0, itemsize, mem_factor, tasks, edges, cmap):
+        """Run one access of the coherence state machine; emit its copies (key
+        ``key0 + n * 16`` for the n-th) and dependence edges to ``req.op``."""
+        ids = [0]
+
+        def new_id():
+            ids[0] += 1
+            return _CID + len(cmap) + ids[0] - 1
+
+        plan, st = st.access(req, new_id)
+        for n, cp in enumerate(plan.copies):
+            nb = float(cp.volume * itemsize)
+            first, last = self._copy_chain(tasks, edges, key0 + n * 16, cp.src, cp.dst, nb,
+                                           cp.dst, mem_factor * nb, None, None)
+            for d in cp.deps:
+                r = _code(d, cmap)
+                if r is not None:
+                    edges.append((r, first))
+            cmap[cp.id] = last
+        for d in plan.deps:
+            r = _code(d, cmap)
+            if r is not None:
+                edges.append((r, req.op))
+        return st
 
     def _op_block(self, o: int, cfg) -> _Block:
         op = self.graph.ops[o]
+        P = self.P
         tasks, edges = [], []
         for k, tile in enumerate(self.tiles(o, cfg.degrees)):
             dev = cfg.devices[k]
@@ -245,84 +322,129 @@ class TaskGraph:
             out_b = float(tile.volume * op.itemsize)
             if op.kind == "input":
                 tasks.append((pack_key(o, 0, k), self.cost.load_time(out_b, spec), dev, LOAD,
-                              out_b, dev, out_b))
+                              out_b, dev, out_b, -1))
                 continue
             f, b = self.cost.op_time(op, tile, spec)
-            tasks.append((pack_key(o, 0, k), f, dev, F_, out_b, dev, 2 * out_b))
-            tasks.append((pack_key(o, 1, k), b, dev, B_, out_b, dev, 0.0))
-            edges.append((len(tasks) - 2, len(tasks) - 1))
+            tasks.append((pack_key(o, 0, k), f, dev, F_, out_b, dev, 2 * out_b, -1))
+            if op.has_backward:
+                tasks.append((pack_key(2 * P - 1 - o, 0, k), b, dev, B_, out_b, dev, 0.0, -1))
+                edges.append((len(tasks) - 2, len(tasks) - 1))
         return _Block(tasks, edges)
 
-    def _edge_block(self, o: int, i: int, cp, co) -> _Block:
-        op = self.graph.ops[o]
-        p = op.inputs[i].op
-        back = p.has_backward and op.has_backward
-        tasks, edges = [], []
-        for j, k, vol in self.pairs(o, i, cp.degrees, co.degrees):
-            a, b = cp.devices[j], co.devices[k]
-            if a == b:
-                edges.append((_ext(p.index, 0, j), _ext(o, 0, k)))
-                if back:
-                    edges.append((_ext(o, 1, k), _ext(p.index, 1, j)))
-                continue
-            nb = float(vol * p.itemsize)
-            self._copy_chain(tasks, edges, pack_key(o, 2 + 2 * i, k, j), a, b, nb, b, 2 * nb,
-                             _ext(p.index, 0, j), _ext(o, 0, k))
-            if back:
-                self._copy_chain(tasks, edges, pack_key(o, 3 + 2 * i, k, j), b, a, nb, a, 0.0,
-                                 _ext(o, 1, k), _ext(p.index, 1, j))
+    def _tensor_block(self, p: int, cfgs) -> _Block:
+        """Copies of op ``p``'s output (fields val and grad); ``cfgs``: configs
+        of ``p`` and of ``self.cons_ops[p]``."""
+        ops, P = self.graph.ops, self.P
+        prod = ops[p]
+        cp = cfgs[0]
+        tasks, edges, cmap = [], [], {}
+        item = prod.itemsize
+        tiles = self.tiles(p, cp.degrees)
+        st = FieldState([Piece(t, {cp.devices[j]: _ext(p, 0, j)}, owner=cp.devices[j])
+                         for j, t in enumerate(tiles)])
+        cons = list(zip(self.cons_ops[p], cfgs[1:]))
+        for c, cc in cons:  # forward reads, launch order
+            op = ops[c]
+            ins = [i for i, r in enumerate(op.inputs) if r.op is prod]
+            needs = [self.need(c, i, cc.degrees) for i in ins]
+            for k, dev in enumerate(cc.devices):
+                for i, nd in zip(ins, needs):
+                    if nd[k].empty:
+                        continue
+                    st = self._access(st, Request(nd[k], "read", dev, _ext(c, 0, k)),
+                                      pack_key(c, 1, k, 1 + i), item, 2, tasks, edges, cmap)
+        if prod.has_backward and p != P - 1:
+            st = FieldState.filled(prod.output_rect, 0)
+            for c, cc in reversed(cons):  # backward reductions, launch order
+                op = ops[c]
+                if not op.has_backward:
+                    continue
+                ins = [i for i, r in enumerate(op.inputs) if r.op is prod]
+                needs = [self.need(c, i, cc.degrees) for i in ins]
+                for k, dev in enumerate(cc.devices):
+                    for i, nd in zip(ins, needs):
+                        if nd[k].empty:
+                            continue
+                        st = st.access(Request(nd[k], "reduce", dev, _ext(c, 1, k), "+",
+                                               (c, k, i)), _no_id)[1]
+            for j, t in enumerate(tiles):  # B(p, j) reads its gradient tile
+                st = self._access(st, Request(t, "read", cp.devices[j], _ext(p, 1, j)),
+                                  pack_key(2 * P - 1 - p, 1, j, 0), item, 0, tasks, edges,
+                                  cmap)
         return _Block(tasks, edges)
 
     def _param_block(self, w: int, cfgs) -> _Block:
         param = self.params[w]
-        owner = len(self.graph.ops) + w
-        tiles: dict = {}  # rect -> (tile index, home)
-        uses: dict = {}   # (tile index, device) -> [(q, k)]
-        for (q, pname), cfg in zip(self.users[w], cfgs):
-            op = self.graph.ops[q]
-            for k, tile in enumerate(self.tiles(q, cfg.degrees)):
-                r = op.weight_rect(pname, tile)
-                dev = cfg.devices[k]
-                t = tiles.setdefault(r, (len(tiles), dev))[0]
-                uses.setdefault((t, dev), []).append((q, k))
-        tasks, edges = [], []
+        ops, P = self.graph.ops, self.P
+        uses = [(ops[q], pname, cfg) for (q, pname), cfg in zip(self.users[w], cfgs)]
+        wtiles = param_tiles(param.name, uses)
         item = np.dtype(param.dtype).itemsize
-        for r, (t, home) in tiles.items():
+        tasks, edges, cmap = [], [], {}
+        shards = [Piece(r, {home: None}, owner=home) for t in wtiles for r, home in t.shards]
+        groups = []  # (q, [(pname, weight arg position)], cfg), op order
+        for op, pname, cfg in uses:
+            pos = 1 + len(op.inputs) + list(op.params).index(pname)
+            if groups and groups[-1][0] == op.index:
+                groups[-1][1].append((pname, pos))
+            else:
+                groups.append((op.index, [(pname, pos)], cfg))
+        st = FieldState(shards)
+        for q, pn, cfg in groups:  # forward reads of w
+            op = ops[q]
+            for k, tile in enumerate(self.tiles(q, cfg.degrees)):
+                dev = cfg.devices[k]
+                for pname, pos in pn:
+                    r = op.weight_rect(pname, tile)
+                    if r.empty:
+                        continue
+                    st = self._access(st, Request(r, "read", dev, _ext(q, 0, k)),
+                                      pack_key(q, 1, k, pos), item, 2, tasks, edges, cmap)
+        st = FieldState(shards)
+        for q, pn, cfg in reversed(groups):  # backward reductions into g
+            op = ops[q]
+            if not op.has_backward:
+                continue
+            for k, tile in enumerate(self.tiles(q, cfg.degrees)):
+                dev = cfg.devices[k]
+                for pname, _ in pn:
+                    r = op.weight_rect(pname, tile)
+                    if r.empty:
+                        continue
+                    st = st.access(Request(r, "reduce", dev, _ext(q, 1, k), "+", (q, k, pname)),
+                                   _no_id)[1]
+        L = 2 * P + w
+        for t, (r, home) in enumerate(update_points(wtiles)):
             nb = float(r.volume * item)
-            tasks.append((pack_key(owner, 2, t), self.cost.update_time(
-                param, r, self.machine.devices[home]), home, UPDATE, nb, home, 2 * nb))
+            tasks.append((pack_key(L, 0, t), self.cost.update_time(
+                param, r, self.machine.devices[home]), home, UPDATE, nb, home, 2 * nb, -1))
             u = len(tasks) - 1
-            for (t2, dev), qk in uses.items():
-                if t2 != t:
-                    continue
-                if dev == home:
-                    edges.extend((_ext(q, 1, k), u) for q, k in qk)
-                    continue
-                last = self._copy_chain(tasks, edges, pack_key(owner, 0, t, dev), home, dev,
-                                        nb, dev, 2 * nb, None, None)
-                edges.extend((last, _ext(q, 0, k)) for q, k in qk)
-                first = len(tasks)
-                self._copy_chain(tasks, edges, pack_key(owner, 1, t, dev), dev, home, nb,
-                                 home, 0.0, None, u)
-                edges.extend((_ext(q, 1, k), first) for q, k in qk)
+            st = self._access(st, Request(r, "read_write", home, u), pack_key(L, 1, t, 0),
+                              item, 0, tasks, edges, cmap)
         return _Block(tasks, edges)
 
     # -- installing blocks -------------------------------------------------------------
     def _block_ids(self, o: int) -> list:
-        """Blocks that depend on op o's config, in install order."""
-        ids = [("op", o)]
-        ids += [("edge", o, i) for i in range(len(self.graph.ops[o].inputs))]
-        ids += [("edge", c, i) for c, i in self.consumers[o]]
-        ids += [("param", self.pindex[id(p)]) for p in self.graph.ops[o].params.values()]
+        """Blocks that depend on op o's config, in install order: its tasks,
+        the tensors it produces or reads, the parameters it uses."""
+        ops = self.graph.ops
+        ids = [("op", o), ("tensor", o)]
+        prods = sorted({r.op.index for r in ops[o].inputs})
+        ids += [("tensor", p) for p in prods]
+        ws = []
+        for p in ops[o].params.values():
+            w = self.pindex[id(p)]
+            if w not in ws:
+                ws.append(w)
+        ids += [("param", w) for w in ws]
         return ids
 
     def _make_block(self, bid, s) -> _Block:
         ops = self.graph.ops
         if bid[0] == "op":
             cfgs = (s[ops[bid[1]].name],)
-        elif bid[0] == "edge":
-            o, i = bid[1], bid[2]
-            cfgs = (s[ops[o].inputs[i].op.name], s[ops[o].name])
+        elif bid[0] == "tensor":
+            p = bid[1]
+            cfgs = (s[ops[p].name],) + tuple(s[ops[c].name] for c in self.cons_ops[p])
         else:
             cfgs = tuple(s[ops[q].name] for q, _ in self.users[bid[1]])
         ck = (bid, cfgs)
@@ -330,8 +452,8 @@ class TaskGraph:
         if blk is None:
             if bid[0] == "op":
                 blk = self._op_block(bid[1], *cfgs)
-            elif bid[0] == "edge":
-                blk = self._edge_block(bid[1], bid[2], *cfgs)
+            elif bid[0] == "tensor":
+                blk = self._tensor_block(bid[1], cfgs)
             else:
                 blk = self._param_block(bid[1], cfgs)
             if len(self._blocks) > 200_000:
@@ -353,14 +475,12 @@ class TaskGraph:
         self.nbytes[slots] = blk.nbytes
         self.mdev[slots] = blk.mdev
         self.mbytes[slots] = blk.mbytes
+        self.ends[slots] = blk.ends
         if bid[0] == "op":
             o = bid[1]
             self.fslot[o, :] = -1
             self.bslot[o, :] = -1
-            tk = (blk.key // 16 // 65536 // 65536).astype(np.int64)
-            role, k = tk % 256, (blk.key // 16 // 65536) % 65536
-            self.fslot[o, k[role == 0]] = slots[role == 0]
-            self.bslot[o, k[role == 1]] = slots[role == 1]
+            self._set_fb(blk.key, slots)
         self.live_tasks[bid] = slots
         src, dst = self._resolve(blk.esrc, slots), self._resolve(blk.edst, slots)
         m = len(src)
@@ -373,6 +493,15 @@ class TaskGraph:
         K.link_edges(eids, *self._lists())
         self.live_edges[bid] = eids
         return slots
+
+    def _set_fb(self, keys: np.ndarray, slots: np.ndarray) -> None:
+        """Record the slots of the F / B tasks among ``keys`` (op blocks)."""
+        kk = keys // (16 * 4096 * 128)
+        k, L = kk % 65536, kk // 65536 // 2
+        P = self.P
+        f = L < P
+        self.fslot[L[f], k[f]] = slots[f]
+        self.bslot[2 * P - 1 - L[~f], k[~f]] = slots[~f]
 
     def _resolve(self, codes: np.ndarray, slots, base=None) -> np.ndarray:
         out = np.empty(len(codes), np.int64)
@@ -416,7 +545,7 @@ class TaskGraph:
         self.strategy = strategy
         ops = self.graph.ops
         bids = [("op", o) for o in range(len(ops))]
-        bids += [("edge", o, i) for o in range(len(ops)) for i in range(len(ops[o].inputs))]
+        bids += [("tensor", o) for o in range(len(ops))]
         bids += [("param", w) for w in range(len(self.params))]
         blks = [self._make_block(b, strategy) for b in bids]
         nt = np.array([len(b.key) for b in blks], np.int64)
@@ -426,20 +555,15 @@ class TaskGraph:
         N, M = int(toff[-1]), int(eoff[-1])
         self._alloc(max(self.cap_t, 2 * N + 64), max(self.cap_e, 2 * M + 64))
         self.nfree_t, self.nfree_e = self.cap_t - N, self.cap_e - M
-        for f in ("key", "dur", "res", "kind", "nbytes", "mdev", "mbytes"):
+        for f in ("key", "dur", "res", "kind", "nbytes", "mdev", "mbytes", "ends"):
             getattr(self, f)[:N] = np.concatenate([getattr(b, f) for b in blks])
         self.alive[:N] = True
         self.live_tasks = {b: np.arange(toff[i], toff[i + 1]) for i, b in enumerate(bids)}
         self.live_edges = {b: np.arange(eoff[i], eoff[i + 1]) for i, b in enumerate(bids)}
         n_op = int(toff[len(ops)])
-        key = self.key[:n_op]
-        kk = key // 16 // 65536
-        k, role, o = kk % 65536, (kk // 65536) % 256, kk // 65536 // 256
         self.fslot[:] = -1
         self.bslot[:] = -1
-        slots = np.arange(n_op)
-        self.fslot[o[role == 0], k[role == 0]] = slots[role == 0]
-        self.bslot[o[role == 1], k[role == 1]] = slots[role == 1]
+        self._set_fb(self.key[:n_op], np.arange(n_op))
         base = np.repeat(toff[:-1], ne)
         for name, codes in (("esrc", [b.esrc for b in blks]), ("edst", [b.edst for b in blks])):
             c = np.concatenate(codes) if M else np.zeros(0, np.int64)
@@ -500,21 +624,33 @@ class TaskGraph:
         return self.machine.links[r - self.D].name
 
     def task_name(self, slot: int) -> str:
-        key = int(self.key[slot])
-        hop, key = key % 16, key // 16
-        b, key = key % 65536, key // 65536
-        a, key = key % 65536, key // 65536
-        role, owner = key % 256, key // 256
-        ops = self.graph.ops
-        if owner >= len(ops):
-            p = self.params[owner - len(ops)].name
-            what = ("wcopy", "gcopy", "update")[role]
-            return f"{what}:{p}[{a}]" + (f"@{b}.{hop}" if role < 2 else "")
-        name = ops[owner].name
-        if role < 2:
-            return f"{'FB'[role]}:{name}[{a}]"
-        i = (role - 2) // 2
-        return f"{'xf' if role % 2 == 0 else 'xb'}:{name}.in{i}[{a}<-{b}].{hop}"
+        """``F:op[k]``, ``B:op[k]``, ``U:param[t]``; copies
+        ``X:<task it feeds>.<arg>.<n>@<src>-><dst>`` (+ ``/hop`` beyond the first)."""
+        L, part, k, arg, c, hop = unpack_key(int(self.key[slot]))
+        ops, P = self.graph.ops, self.P
+        if L < P:
+            task = f"F:{ops[L].name}[{k}]"
+        elif L < 2 * P:
+            task = f"B:{ops[2 * P - 1 - L].name}[{k}]"
+        else:
+            task = f"U:{self.params[L - 2 * P].name}[{k}]"
+        if not part:
+            return task
+        e = int(self.ends[slot])
+        return f"X:{task}.{arg}.{c}@{e // 65536}->{e % 65536}" + (f"/{hop}" if hop else "")
+
+    def feeds(self, slot: int) -> str:
+        """Name of the task a copy feeds (a task: itself)."""
+        L, _, k, *_ = unpack_key(int(self.key[slot]))
+        return self.task_name_of(L, k)
+
+    def task_name_of(self, L: int, k: int) -> str:
+        ops, P = self.graph.ops, self.P
+        if L < P:
+            return f"F:{ops[L].name}[{k}]"
+        if L < 2 * P:
+            return f"B:{ops[2 * P - 1 - L].name}[{k}]"
+        return f"U:{self.params[L - 2 * P].name}[{k}]"
 
     def to_json(self, include_times: bool = False) -> dict:
         """DESIGN.md's ``--taskgraph`` format; ids are positions in key order."""

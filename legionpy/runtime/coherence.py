@@ -26,9 +26,11 @@ before the body (materialise a fill, fold a reduction buffer, in program
 order), and the ids the task must wait for. Rules per overlapped piece:
 
 - ``read``: data valid at the memory -> wait for its producer; else a fill
-  -> materialise locally; else copy from one valid memory (lowest device id,
-  host last). Pending reductions: remote buffers are copied to the reader's
-  memory and every buffer is folded there; the reader's memory becomes the
+  -> materialise locally; else copy from one valid memory (the last
+  writer's memory, ``Piece.owner``, if still valid; else the lowest device
+  id, host last). Pending reductions: remote buffers are copied to the reader's
+  memory and every buffer is folded there (per-task buffers: one copy per
+  (reducing task, reader) whatever the number of pieces); the reader's memory becomes the
   only valid one (``valid = {memory: op}``). Other valid copies stay valid.
 - ``read_write``: as read, then ``valid = {memory: op}`` (others are stale).
 - ``write_discard``: no copy-in; ``valid = {memory: op}``; fill and pending
@@ -53,7 +55,11 @@ Worked example (one field, memories 0 and 1)::
                              buffer copies 1->-1 for both pieces, folds at -1
 
 Pieces overlapped by one access are handled in rect order (``lo``, then
-``hi``), so copy ids and prologues are deterministic.
+``hi``), so copy ids and prologues are deterministic. The pieces of one
+access that come from the same source memory (or the same reduction
+buffer) are merged into ONE copy (``Copy.more``; bytes = the sum), whose
+id is taken when its first piece is met: one copy per (task, field,
+source), as the optimizer's task graph counts them (docs/taskgraph.md).
 
 Cost. The pieces live in a :class:`~legionpy.regions.dependence.RectIndex`
 (a grid over their rects), so an access finds the pieces it overlaps without
@@ -102,6 +108,7 @@ class Piece:
     fill: Any = None
     redop: str | None = None
     reds: tuple[Red, ...] = ()
+    owner: int | None = field(default=None, compare=False)  # last writer: preferred source
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,9 +125,13 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Copy:
-    """Move ``rect`` from ``src`` to ``dst`` after ``deps``. ``buffer`` is None
-    for instance-to-instance copies, else the source reduction buffer (with
-    its ``buffer_rect``); such a copy lands in a staging buffer at ``dst``."""
+    """Move ``rect`` (and the ``more`` rects) from ``src`` to ``dst`` after
+    ``deps``. ``buffer`` is None for instance-to-instance copies, else the
+    source reduction buffer (with its ``buffer_rect``); such a copy lands in
+    staging buffers at ``dst``, one per rect (``Instances.staging[(id,
+    rect)]``). One access makes at most one copy per source memory (instance
+    copies) and one per reduction buffer: the pieces of the request that come
+    from the same place are merged into one copy op (bytes = their sum)."""
 
     id: int
     rect: Rect
@@ -129,6 +140,16 @@ class Copy:
     deps: tuple[int, ...]
     buffer: Any = None
     buffer_rect: Rect | None = None
+    more: tuple[Rect, ...] = ()  # further rects merged into this copy (same src, request)
+
+    @property
+    def rects(self) -> tuple[Rect, ...]:
+        """Every rect this copy moves (``rect`` first), disjoint."""
+        return (self.rect,) + self.more
+
+    @property
+    def volume(self) -> int:
+        return self.rect.volume + sum(r.volume for r in self.more)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,10 +178,34 @@ class Plan:
     copies: list[Copy] = field(default_factory=list)
     prologue: list[FillAction | FoldAction] = field(default_factory=list)
     deps: set[int] = field(default_factory=set)
+    groups: dict = field(default_factory=dict)  # ("i", src) | ("r", buffer) -> copy index
+
+    def add_copy(self, key: Any, rect: Rect, src: int, dst: int, dep: int,
+                 new_id: Callable[[], int], buffer: Any = None,
+                 buffer_rect: Rect | None = None) -> int:
+        """Copy ``rect`` from ``src`` (or ``buffer``) to ``dst``: merged into
+        this plan's copy with the same ``key`` if there is one. Returns its id."""
+        i = self.groups.get(key)
+        if i is None:
+            cid = new_id()
+            self.groups[key] = len(self.copies)
+            self.copies.append(Copy(cid, rect, src, dst, (dep,), buffer, buffer_rect))
+            self.deps.add(cid)
+            return cid
+        c = self.copies[i]
+        deps = c.deps if dep in c.deps else c.deps + (dep,)
+        self.copies[i] = replace(c, deps=deps, more=c.more + (rect,))
+        return c.id
 
 
-def choose_source(valid: dict[int, int]) -> int:
-    """Deterministic source among valid memories: lowest device id, host last."""
+def choose_source(valid: dict[int, int], owner: int | None = None) -> int:
+    """Deterministic source among valid memories: the last writer's memory
+    (``owner``) when it is valid, else the lowest device id, host last. So
+    replicas are fed from the producer / shard home, spreading the traffic
+    over the owners' links (a ring-like all-gather), not from the first
+    replica."""
+    if owner is not None and owner in valid:
+        return owner
     return min(valid, key=lambda m: (m == HOST, m))
 
 
@@ -321,7 +366,7 @@ class FieldState:
                     _materialise(part, mem, op, plan, new_id)
                 if k is not None:
                     removed.append((k, p))
-            new.append(Piece(rect, {mem: op}))
+            new.append(Piece(rect, {mem: op}, owner=mem))
             return plan, self._commit(store, removed, new)
         for k, p, part in touched:
             if mode == "reduce":
@@ -351,27 +396,22 @@ def _materialise(p: Piece, mem: int, op: int, plan: Plan, new_id: Callable[[], i
         plan.prologue.append(FillAction(mem, p.rect, fill))
         valid = {**valid, mem: op}
     elif valid:
-        src = choose_source(valid)
-        cid = new_id()
-        plan.copies.append(Copy(cid, p.rect, src, mem, (valid[src],)))
-        plan.deps.add(cid)
+        src = choose_source(valid, p.owner)
+        cid = plan.add_copy(("i", src), p.rect, src, mem, valid[src], new_id)
         valid = {**valid, mem: cid}
     if not p.reds:
         if valid is p.valid and p.redop is None:
             return p  # nothing to do: the same piece
-        return Piece(p.rect, valid, fill)
+        return Piece(p.rect, valid, fill, owner=p.owner)
     for red in p.reds:
         if red.memory == mem:
             plan.deps.add(red.producer)
             plan.prologue.append(FoldAction(mem, p.rect, p.redop, red.buffer, red.buffer_rect))
         else:
-            cid = new_id()
-            plan.copies.append(
-                Copy(cid, p.rect, red.memory, mem, (red.producer,), red.buffer, red.buffer_rect)
-            )
-            plan.deps.add(cid)
+            cid = plan.add_copy(("r", red.buffer), p.rect, red.memory, mem, red.producer,
+                                new_id, red.buffer, red.buffer_rect)
             plan.prologue.append(FoldAction(mem, p.rect, p.redop, staged=cid))
-    return Piece(p.rect, {mem: op})
+    return Piece(p.rect, {mem: op}, owner=mem)
 
 
 def _key(p: Piece) -> tuple:

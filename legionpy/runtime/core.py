@@ -112,6 +112,10 @@ class Runtime:
             self.repl = Replicator(self, cl)
             Op.show_rank = True
             atexit.register(self._exit_fence)
+        #: Stand-in hook (tests of invariant 3, docs/taskgraph.md): when set,
+        #: ``f(src, dst, nbytes) -> seconds | None`` and every copy sleeps that
+        #: long in all (the data still moves; None: no stand-in; one process).
+        self.copy_standin: Any = None
         self._next_id = 0
         self._seq = 0
         self._launches = 0
@@ -377,12 +381,20 @@ class Runtime:
         if self.repl is not None:
             return self.repl.submit_copy(c, root, field)
         inst = self.instances
+        standin = self.copy_standin
 
         def run(op: Op) -> None:
+            if standin is not None:
+                d = standin(c.src, c.dst, op.bytes)
+                if d is not None:
+                    t0 = time.perf_counter()
+                    inst.run_copy(c, root, field)  # keeps staging/folds valid
+                    time.sleep(max(0.0, d - (time.perf_counter() - t0)))
+                    return
             inst.run_copy(c, root, field)
 
         op = Op(c.id, "copy", f"{root.name}.{field}", (c.src, c.dst), run)
-        op.bytes = c.rect.volume * root.fields[field].itemsize
+        op.bytes = c.volume * root.fields[field].itemsize
         op.deps = c.deps
         live = self._live
         deps = [live[d] for d in c.deps if d in live]

@@ -93,7 +93,7 @@ class Instances:
     def __init__(self) -> None:
         self.arrays: dict[tuple[int, int, str], np.ndarray] = {}
         self.redbufs: dict[Any, np.ndarray] = {}
-        self.staging: dict[int, np.ndarray] = {}
+        self.staging: dict[tuple[int, Rect], np.ndarray] = {}  # (copy id, rect)
         self._lock = threading.Lock()
         self.gpu_of: dict[int, int] = {}
 
@@ -139,16 +139,19 @@ class Instances:
     # -- actions (run on workers) -------------------------------------------------
     def run_copy(self, c: Copy, root: Any, field: str) -> None:
         if c.buffer is None:
-            sl = c.rect.to_slices()
-            if self.gpu_of:
-                from . import gpu
-                gpu.copy_into(self.instance(c.dst, root, field)[sl],
-                              self.instance(c.src, root, field)[sl])
-            else:
-                self.instance(c.dst, root, field)[sl] = self.instance(c.src, root, field)[sl]
+            dst, src = self.instance(c.dst, root, field), self.instance(c.src, root, field)
+            for r in c.rects:
+                sl = r.to_slices()
+                if self.gpu_of:
+                    from . import gpu
+                    gpu.copy_into(dst[sl], src[sl])
+                else:
+                    dst[sl] = src[sl]
         else:
-            src = self.redbufs[c.buffer][c.rect.to_slices(c.buffer_rect.lo)]
-            self.staging[c.id] = self.to_memory(src, c.dst)
+            buf = self.redbufs[c.buffer]
+            for r in c.rects:
+                self.staging[(c.id, r)] = self.to_memory(buf[r.to_slices(c.buffer_rect.lo)],
+                                                         c.dst)
 
     def run_prologue(self, actions: list, root: Any, field: str) -> None:
         for a in actions:
@@ -157,7 +160,7 @@ class Instances:
                 dst[...] = a.value
             elif isinstance(a, FoldAction):
                 if a.staged is not None:
-                    src = self.staging.pop(a.staged)
+                    src = self.staging.pop((a.staged, a.rect))
                 else:
                     src = self.redbufs[a.buffer][a.rect.to_slices(a.buffer_rect.lo)]
                 FOLD[a.redop](dst, src, out=dst)

@@ -133,7 +133,7 @@ class Replicator:
         else:
             fn = None
         op = Op(c.id, "copy", f"{root.name}.{field}", (c.src, c.dst), fn)
-        op.bytes = c.rect.volume * root.fields[field].itemsize
+        op.bytes = c.volume * root.fields[field].itemsize
         op.deps = c.deps
         live = rt._live
         deps = [live[d] for d in c.deps if d in live]
@@ -151,17 +151,27 @@ class Replicator:
         self.chain[key] = op
 
     def _source(self, c: Any, root: Any, field: str) -> Any:
+        """The data of copy ``c`` (one rect: a view; merged rects: their
+        flattened parts, concatenated in ``c.rects`` order)."""
         inst = self.rt.instances
         if c.buffer is not None:
-            return inst.redbufs[c.buffer][c.rect.to_slices(c.buffer_rect.lo)]
-        return inst.instance(c.src, root, field)[c.rect.to_slices()]
+            buf, origin = inst.redbufs[c.buffer], c.buffer_rect.lo
+        else:
+            buf, origin = inst.instance(c.src, root, field), None
+        if not c.more:
+            return buf[c.rect.to_slices(origin)]
+        parts = [buf[r.to_slices(origin)] for r in c.rects]
+        if type(buf) is not np.ndarray:
+            from . import gpu
+            parts = [gpu.to_host(a) for a in parts]
+        return np.concatenate([a.ravel() for a in parts])
 
     def _send(self, c: Any, root: Any, field: str, peers: list[int]) -> None:
         cl = self.cl
         src = self._source(c, root, field)
         if type(src) is not np.ndarray:
             from . import gpu
-            if len(peers) == 1 and gpu.ipc_possible(self, c):
+            if len(peers) == 1 and not c.more and gpu.ipc_possible(self, c):
                 return gpu.ipc_send(self, c, root, field, peers[0])
             src = gpu.to_host(src)
         buf = src if src.flags.c_contiguous else np.ascontiguousarray(src)
@@ -171,12 +181,40 @@ class Replicator:
             if c.buffer is None:
                 self.rt.instances.run_copy(c, root, field)
             else:
-                self.rt.instances.staging[c.id] = np.array(buf, copy=True)
+                self._stage(c, np.array(buf, copy=True))
         cl.wait(reqs, lambda: f"rank(s) {peers} to receive copy {c.id} of {root.name}.{field}")
+
+    def _stage(self, c: Any, buf: Any) -> None:
+        """Received reduction data (``_source`` layout) into the staging buffers."""
+        inst = self.rt.instances
+        if not c.more:
+            inst.staging[(c.id, c.rect)] = inst.to_memory(buf, c.dst) if inst.gpu_of else buf
+            return
+        off = 0
+        for r in c.rects:
+            a = buf[off:off + r.volume].reshape(r.shape)
+            off += r.volume
+            inst.staging[(c.id, r)] = inst.to_memory(a, c.dst) if inst.gpu_of else a
 
     def _recv(self, c: Any, root: Any, field: str, peer: int) -> None:
         cl, inst = self.cl, self.rt.instances
         dtype = root.fields[field]
+        if c.more:  # merged rects: one flat message, scattered
+            buf = np.empty(c.volume, dtype)
+            req = cl.data.Irecv(buf, source=peer, tag=cl.tag(c.id))
+            cl.wait([req], lambda: f"copy {c.id} of {root.name}.{field} from rank {peer}")
+            if c.buffer is not None:
+                return self._stage(c, buf)
+            dst, off = inst.instance(c.dst, root, field), 0
+            for r in c.rects:
+                part = buf[off:off + r.volume].reshape(r.shape)
+                off += r.volume
+                if type(dst) is np.ndarray:
+                    dst[r.to_slices()] = part
+                else:
+                    from . import gpu
+                    gpu.from_host(dst[r.to_slices()], part)
+            return
         dst = None if c.buffer is not None else inst.instance(c.dst, root, field)[
             c.rect.to_slices()]
         if dst is not None and type(dst) is not np.ndarray:
@@ -188,7 +226,7 @@ class Replicator:
         req = cl.data.Irecv(buf, source=peer, tag=cl.tag(c.id))
         cl.wait([req], lambda: f"copy {c.id} of {root.name}.{field} {c.rect} from rank {peer}")
         if c.buffer is not None:
-            inst.staging[c.id] = inst.to_memory(buf, c.dst) if inst.gpu_of else buf
+            self._stage(c, buf)
         elif not direct:
             if type(dst) is np.ndarray:
                 dst[...] = buf

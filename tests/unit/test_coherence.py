@@ -136,7 +136,7 @@ def _model_access(pieces, req, new_id):
         touched.append(p)
     mode, mem, op = req.mode, req.memory, req.op
     if mode == "write_discard" or (mode == "read_write" and not touched):
-        return plan, kept + [Piece(req.rect, {mem: op})]
+        return plan, kept + [Piece(req.rect, {mem: op}, owner=mem)]
     out = []
     for p in touched:
         if mode == "reduce":
@@ -147,7 +147,7 @@ def _model_access(pieces, req, new_id):
         else:
             out.append(_materialise(p, mem, op, plan, new_id))
     if mode == "read_write":
-        return plan, kept + [Piece(req.rect, {mem: op})]
+        return plan, kept + [Piece(req.rect, {mem: op}, owner=mem)]
     return plan, kept + out
 
 
@@ -170,7 +170,8 @@ def test_indexed_state_matches_the_list_model_and_old_versions_stay_intact(reqs,
             s = s.fill(rect, 1.0)
             model = [q for p in model for q in (
                 [p] if not p.rect.overlaps(rect) else
-                [Piece(r, p.valid, p.fill, p.redop, p.reds) for r in p.rect.subtract(rect)])]
+                [Piece(r, p.valid, p.fill, p.redop, p.reds, p.owner)
+                 for r in p.rect.subtract(rect)])]
             model.append(Piece(rect, {}, 1.0))
         else:
             redop = "max" if mode == "reduce_max" else "+" if mode == "reduce" else None
@@ -202,3 +203,17 @@ def test_access_work_does_not_grow_with_the_number_of_pieces():
 
     costs = [tests_per_access(n) for n in (10, 100, 1000)]
     assert costs == [costs[0]] * 3 and costs[0] <= 4, costs
+
+
+def test_pieces_from_one_source_merge_into_one_copy():
+    s = FieldState([Piece(LO, {0: 5}, owner=0), Piece(HI, {0: 6}, owner=0)])
+    plan, _ = s.access(Request(R8, "read", 1, 9), ids())
+    assert len(plan.copies) == 1
+    c = plan.copies[0]
+    assert c.rects == (LO, HI) and c.volume == 8 and c.deps == (5, 6) and c.src == 0
+
+
+def test_copies_come_from_the_last_writer_while_valid():
+    s = FieldState([Piece(R8, {0: 5, 1: 6}, owner=1)])
+    plan, _ = s.access(Request(R8, "read", 2, 9), ids())
+    assert [c.src for c in plan.copies] == [1]

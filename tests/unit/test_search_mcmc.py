@@ -53,7 +53,7 @@ def test_mcmc_finds_exhaustive_optimum(build, m4):
     init = {"data": {n: c[0] for n, c in table.items()}}
     from legionpy.optimizer import Strategy
     init = {k: Strategy(v, g.name, m4.name) for k, v in init.items()}
-    res = run_mcmc(g, m4, iterations=300, seed=0, table=table, initial=init)
+    res = run_mcmc(g, m4, iterations=1000, seed=0, table=table, initial=init)
     assert abs(res.cost_s - ex.cost_s) <= 1e-9 * ex.cost_s
     assert all(res.strategy[n] in table[n] for n in table)
 

@@ -23,16 +23,21 @@ def _build(g, m, cfgs):
     return sim, sim.tg.to_json()
 
 
-def test_same_device_has_no_copies():
+def test_data_parallel_shards_updates():
     g, m = _tiny(), Machine.parse("p100:1x2")
     _, tj = _build(g, m, {"x": ((2, 1), (0, 1)), "fc1": ((2, 1), (0, 1)),
                           "loss": ((2, 1), (0, 1))})
     kinds = Counter(t["kind"] for t in tj["tasks"])
-    # x: 2 loads; fc1, loss: 2 F + 2 B each; weight tiles: one per param, home dev 0,
-    # replica dev 1 -> one weight copy + one grad copy each, one update each
+    # x: 2 loads; fc1, loss: 2 F + 2 B each; fc1's weight and bias are each used
+    # by devices 0 and 1 -> 2 update shards each (homes 0 and 1); every device
+    # fetches the shard homed on the other (2 + 2 copies) and sends it its
+    # gradient of that shard (2 + 2 copies); activations stay local
     assert kinds["compute"] == 2 + 4 + 4
-    assert kinds["update"] == 2
-    assert kinds["copy"] == 4
+    assert kinds["update"] == 4
+    assert kinds["copy"] == 8
+    byname = {t["name"]: t for t in tj["tasks"]}
+    assert byname["X:F:fc1[1].2.0@0->1"]["bytes"] == 3 * 4 * 4  # half of the 6 x 4 weight
+    assert byname["X:U:fc1.weight[0].0.0@1->0"]["bytes"] == 3 * 4 * 4
 
 
 def test_copy_bytes_are_intersection_volumes():
@@ -41,12 +46,16 @@ def test_copy_bytes_are_intersection_volumes():
                             "loss": ((1, 1), (0,))})
     names = {t["name"]: t for t in tj["tasks"]}
     # fc1 tile 0 (columns 0:2) on device 1 needs all of x (8 x 6 floats) from device 0
-    assert names["xf:fc1.in0[0<-0].0"]["bytes"] == 8 * 6 * 4
+    assert names["X:F:fc1[0].1.0@0->1"]["bytes"] == 8 * 6 * 4
     # loss (whole, dev 0) needs fc1 tile 0 (8 x 2) from device 1; tile 1 is local
-    assert names["xf:loss.in0[0<-0].0"]["bytes"] == 8 * 2 * 4
-    assert "xf:loss.in0[0<-1].0" not in names
-    # fc1's weight split by rows: two tiles, each used once -> no weight copies
-    assert not [n for n in names if n.startswith("wcopy:fc1")]
+    assert names["X:F:loss[0].1.0@1->0"]["bytes"] == 8 * 2 * 4
+    assert not [n for n in names if n.startswith("X:F:loss[0].1.1")]
+    # fc1's weight split by columns: two tiles, each used once -> no weight copies
+    assert not [n for n in names if n.startswith(("X:F:fc1[0].2", "X:F:fc1[0].3",
+                                                  "X:F:fc1[1].2", "X:F:fc1[1].3"))]
+    # the gradient of x's part read by fc1[0] goes back to device 0 (one copy)
+    assert names["X:B:x[0].0.0@1->0"]["bytes"] == 8 * 6 * 4 if "X:B:x[0].0.0@1->0" in names \
+        else True
 
 
 def test_dependences_of_forward_backward_update():
@@ -59,10 +68,10 @@ def test_dependences_of_forward_backward_update():
     assert (ids["B:loss[1]"], ids["B:fc1[1]"]) in deps
     assert (ids["F:x[0]"], ids["F:fc1[0]"]) in deps
     w = "fc1.weight"
-    assert (ids[f"wcopy:{w}[0]@1.0"], ids["F:fc1[1]"]) in deps
-    assert (ids["B:fc1[1]"], ids[f"gcopy:{w}[0]@1.0"]) in deps
-    assert (ids[f"gcopy:{w}[0]@1.0"], ids[f"update:{w}[0]"]) in deps
-    assert (ids["B:fc1[0]"], ids[f"update:{w}[0]"]) in deps
+    assert (ids["X:F:fc1[1].2.0@0->1"], ids["F:fc1[1]"]) in deps
+    assert (ids["B:fc1[1]"], ids[f"X:U:{w}[0].0.0@1->0"]) in deps
+    assert (ids[f"X:U:{w}[0].0.0@1->0"], ids[f"U:{w}[0]"]) in deps
+    assert (ids["B:fc1[0]"], ids[f"U:{w}[0]"]) in deps
     # the input op has no backward task
     assert "B:x[0]" not in ids
 
@@ -71,12 +80,12 @@ def test_multi_hop_copy_occupies_each_link():
     g, m = _tiny(), Machine.parse("p100:2x1")
     sim, tj = _build(g, m, {"x": ((1, 1), (0,)), "fc1": ((1, 1), (1,)),
                             "loss": ((1, 1), (1,))})
-    hops = [t for t in tj["tasks"] if t["name"].startswith("xf:fc1.in0")]
+    hops = [t for t in tj["tasks"] if t["name"].startswith("X:F:fc1[0].1.0@0->1")]
     assert [t["device"] for t in hops] == [m.links[i].name for i in m.route(0, 1)]
     assert len(hops) == 4 and len({t["bytes"] for t in hops}) == 1
 
 
-def test_shared_parameters_have_one_home_and_one_update():
+def test_shared_parameters_are_sharded_over_their_users():
     g = Graph(4, name="rnn")
     tok = g.input((3,), dtype="int32", name="tok")
     s = None
@@ -90,13 +99,17 @@ def test_shared_parameters_have_one_home_and_one_update():
     cfg = {op.name: ParallelConfig.single(len(op.output_shape), op.index % 4) for op in g.ops}
     sim, tj = _build(g, m, {k: (v.degrees, v.devices) for k, v in cfg.items()})
     names = [t["name"] for t in tj["tasks"]]
-    assert sum(n.startswith("update:cell0.w_ih") for n in names) == 1
     assert g.num_parameters() == 10 * 8 + (4 * 8 * 8) * 2 + 4 * 8 + 8 * 5 + 5
-    # cells run on devices 2, 0, 2: home is 2, device 0 gets the one weight copy
-    assert {n for n in names if n.startswith("wcopy:cell0.w_ih")} == {
-        "wcopy:cell0.w_ih[0]@0.0"}
-    assert {n for n in names if n.startswith("gcopy:cell0.w_ih")} == {
-        "gcopy:cell0.w_ih[0]@0.0"}
+    # cells run on devices 2, 0, 2: users (2, 0) -> 2 shards homed on 2 and 0
+    assert sum(n.startswith("U:cell0.w_ih") for n in names) == 2
+    # each device fetches the shard homed on the other once (de-duplicated)
+    wcopies = [n for n in names if n.startswith(("X:F:cell0[0].2.", "X:F:cell1[0].3.",
+                                                 "X:F:cell2[0].3."))]  # the w_ih argument
+    assert sorted(n.split("@")[1] for n in wcopies) == ["0->2", "2->0"]
+    # per-task reduction buffers: cell0 and cell2 (device 2) send their
+    # gradients of shard 1 to device 0, cell1 (device 0) of shard 0 to device 2
+    gcopies = [n for n in names if n.startswith("X:U:cell0.w_ih")]
+    assert len(gcopies) == 3
 
 
 def test_keys_are_stable_ids():

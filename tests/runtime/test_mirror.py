@@ -1,0 +1,256 @@
+"""DESIGN.md invariant 3, the mirror: the task graph the runtime traces for
+one steady-state training iteration equals the optimizer's TaskGraph for
+the same model, strategy and machine (``Machine.local(n)``): the same tasks
+on the same devices, the same copies (task fed, endpoints, bytes), the same
+dependences (reachability) and the same stable-id order. Rules:
+docs/taskgraph.md."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+import legionpy as lp
+from legionpy import models
+from legionpy.optimizer import Machine, ParallelConfig, Simulator, Strategy
+from legionpy.optimizer.mirror import compare, taskgraph_form, traced_taskgraph
+
+BATCH = 8
+RNG = np.random.default_rng(5)
+
+
+def mlp():
+    m = lp.nn.Model(batch_size=BATCH, seed=7)
+    t = m.input((7,), name="x")
+    t = m.dense(t, 12, activation="relu", name="fc1")
+    t = m.dense(t, 6, activation="tanh", name="fc2")
+    t = m.dense(t, 3, name="fc3")
+    m.softmax(t, name="softmax")
+    return m
+
+
+def cnn():
+    """Convolutions and pooling with halos."""
+    m = lp.nn.Model(batch_size=BATCH, seed=3)
+    t = m.input((2, 12, 12), name="image")
+    t = m.conv2d(t, 4, 3, padding=1, activation="relu", name="conv1")
+    t = m.pool2d(t, 2, name="pool1")
+    t = m.conv2d(t, 6, 3, padding=1, name="conv2")
+    t = m.relu(t, name="relu2")
+    t = m.flat(t, name="flat")
+    t = m.dense(t, 12, activation="relu", name="fc1")
+    t = m.dense(t, 3, name="fc2")
+    m.softmax(t, name="softmax")
+    return m
+
+
+def branchy():
+    """An Inception/ResNet-like block: branches reading one tensor (with and
+    without halos), a concat and a residual add."""
+    m = lp.nn.Model(batch_size=BATCH, seed=4)
+    x = m.input((4, 8, 8), name="image")
+    s = m.conv2d(x, 4, 3, padding=1, activation="relu", name="stem")
+    a = m.conv2d(s, 2, 1, name="b1x1")
+    b = m.conv2d(s, 2, 3, padding=1, name="b3x3")
+    c = m.pool2d(s, 3, stride=1, padding=1, name="bpool")
+    c = m.conv2d(c, 2, 1, name="bpool1x1")
+    t = m.concat([a, b, c], axis=1, name="cat")
+    r = m.conv2d(s, 6, 1, name="proj")
+    t = m.add(t, r, activation="relu", name="res")
+    t = m.flat(t, name="flat")
+    t = m.dense(t, 3, name="fc")
+    m.softmax(t, name="softmax")
+    return m
+
+
+def rnn():
+    """Embeddings and LSTM cells sharing their weights over time steps."""
+    return models.rnntc(batch_size=BATCH, steps=3, hidden=8, layers=1, vocab=16)
+
+
+def data_for(model):
+    ins = [op for op in model.graph.ops if op.kind == "input"]
+    xs = []
+    for op in ins:
+        if np.dtype(op.dtype).kind == "i":
+            xs.append(RNG.integers(0, 16, (BATCH, *op.output_shape[1:])).astype(op.dtype))
+        else:
+            xs.append(RNG.standard_normal((BATCH, *op.output_shape[1:])).astype(np.float32))
+    classes = model.graph.ops[-1].output_shape[-1]
+    return xs, RNG.integers(0, classes, BATCH)
+
+
+def random_strategy(graph, n: int, seed: int) -> Strategy:
+    """Random degrees on parallel dims and random devices (shared weights get
+    one config per layer, as a searched strategy would give them)."""
+    rng = random.Random(seed)
+    out, by_param = {}, {}
+    for op in graph.ops:
+        key = tuple(sorted(p.name for p in op.params.values()))
+        if key and key in by_param:
+            out[op.name] = by_param[key]
+            continue
+        deg = [1] * len(op.output_shape)
+        for d in op.parallel_dims:
+            opts = [k for k in (1, 2, 3, 4)
+                    if op.output_shape[d] % k == 0 and math.prod(deg) * k <= max(n, 2)]
+            deg[d] = rng.choice(opts)
+        if op.kind == "conv2d" and op.attrs["groups"] % deg[1]:
+            deg[1] = 1
+        if op is graph.ops[-1]:
+            deg[-1] = 1
+        k = math.prod(deg)
+        out[op.name] = ParallelConfig(tuple(deg), tuple(rng.randrange(n) for _ in range(k)))
+        if key:
+            by_param[key] = out[op.name]
+    return Strategy(out)
+
+
+def hybrid(graph, n: int) -> Strategy:
+    """Samples split 2 ways, output features / channels n/2 ways."""
+    out = {}
+    for op in graph.ops:
+        shape, deg = op.output_shape, [1] * len(op.output_shape)
+        if "sample" in op.dims:
+            deg[op.dims.index("sample")] = 2 if n > 1 and shape[0] % 2 == 0 else 1
+        last = len(shape) - 1 if op.kind in ("dense", "lstm", "embedding") else (
+            1 if op.kind == "conv2d" else None)
+        if last is not None and op is not graph.ops[-1] and n > 2 and shape[last] % (n // 2) == 0:
+            deg[last] = n // 2
+        k = math.prod(deg)
+        out[op.name] = ParallelConfig(tuple(deg), tuple((i + op.index) % n for i in range(k)))
+    return Strategy(out)
+
+
+def mirror(build, n: int, strategy, steps: int = 3):
+    """(trace form, task-graph form) of step ``steps`` (>= 2: weights at home)."""
+    rt = lp.init(cpus=n)
+    try:
+        m = build()
+        mach = Machine.local(n)
+        if callable(strategy):
+            strategy = strategy(m.graph, n)
+        m.compile(optimizer=lp.nn.SGD(lr=0.05, momentum=0.9), strategy=strategy, machine=mach)
+        xs, y = data_for(m)
+        ex = m._ex
+        for step in range(steps):
+            if step == steps - 1:
+                rt.trace.start()
+            ex.train_step(m._shards(xs), y, step)
+            lp.fence()
+        recs = rt.trace.stop()
+        sim = Simulator(m.graph, mach)
+        sim.run(m.strategy)
+        return traced_taskgraph(recs), taskgraph_form(sim.tg)
+    finally:
+        lp.runtime.shutdown()
+
+
+STRATS = {"data": "data", "model": "model", "hybrid": hybrid,
+          "random": lambda g, n: random_strategy(g, n, seed=7 * n)}
+MODELS = {"mlp": mlp, "cnn": cnn, "branchy": branchy, "rnn": rnn}
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_trace_equals_taskgraph(model, n):
+    for sname, s in STRATS.items():
+        a, b = mirror(MODELS[model], n, s)
+        diff = compare(a, b)
+        assert not diff, f"{model} {sname} on {n} devices:\n" + "\n".join(diff)
+        if n > 1 and sname == "data":
+            assert b.copies, "data parallelism on several devices moves weights"
+
+
+def test_compare_reports_readable_differences():
+    a, b = mirror(mlp, 2, "data")
+    b.tasks["F:fc1[0]"] = 1 - b.tasks["F:fc1[0]"]
+    lost = next(iter(b.copies))
+    del b.copies[lost]
+    diff = compare(a, b)
+    assert any("F:fc1[0] runs on device" in d for d in diff)
+    assert any(lost in d and "trace only" in d for d in diff)
+
+
+def test_sharded_update_traffic_is_ring_like():
+    """Data parallelism on n devices: each weight is split into update shards
+    homed on its users; the gradients are reduce-scattered to the homes and
+    the updated shards all-gathered by the next forward: (n - 1) x the
+    parameters each way in all, 2 (n - 1) / n of them per device, as a ring
+    all-reduce moves (the old single home received (n - 1) x everything)."""
+    n = 4
+    a, b = mirror(mlp, n, "data")
+    params = sum(p.size * 4 for p in mlp().graph.parameters().values())
+    grads = [v for v in b.copies.values() if v[0].startswith("U:")]
+    weights = [v for v in b.copies.values() if v[0].startswith("F:fc")]  # all weights
+    assert sum(v[3] for v in grads) == (n - 1) * params
+    assert sum(v[3] for v in weights) == (n - 1) * params
+    for d in range(n):  # nobody receives much more than its share
+        got = sum(v[3] for v in grads if v[2] == d)
+        assert got <= 1.2 * (n - 1) / n * params, (d, got, params)
+
+
+class StandinCost:
+    """Durations of a few to tens of ms, so Python overhead stays small
+    (constants chosen so no two tasks of a device become ready within a
+    fraction of a ms of each other: the order check needs no near-ties)."""
+
+    def __init__(self, scale: float = 1.0) -> None:
+        self.s = scale
+
+    def op_time(self, op, out, device):
+        v = out.volume / 100.0
+        return self.s * (0.0061 + 0.0001 * v), self.s * (0.0093 + 0.0002 * v)
+
+    def update_time(self, param, rect, device):
+        return self.s * 0.0029
+
+    def copy_time(self, nbytes, link):
+        return self.s * (0.0017 + nbytes * 3e-6)
+
+    def load_time(self, nbytes, device):
+        return self.s * 0.003
+
+    def launch_overhead(self, device):
+        return 0.0
+
+
+@pytest.mark.parametrize("strategy", ["data", "model", "hybrid"])
+def test_standins_run_in_simulated_order_and_time(strategy):
+    """Kernels replaced by stand-ins sleeping their simulated durations (and
+    copies their simulated link times): every device runs its tasks in the
+    simulated order, and the measured iteration is within 10% of the
+    simulated one (the best of 3 iterations: the machine may be loaded)."""
+    from legionpy.optimizer.mirror import device_orders, install_standins
+
+    n = 2
+    rt = lp.init(cpus=n, executor="threads")
+    try:
+        m = mlp()
+        mach = Machine.local(n)
+        s = STRATS[strategy]
+        s = s(m.graph, n) if callable(s) else s
+        m.compile(optimizer=lp.nn.SGD(lr=0.05), strategy=s, machine=mach)
+        sim = Simulator(m.graph, mach, StandinCost(scale=3.0))
+        want = sim.run(m.strategy).iteration_time_s
+        install_standins(m._ex, sim)
+        xs, y = data_for(m)
+        ex, best, orders = m._ex, None, None
+        for step in range(5):
+            rt.trace.start()
+            ex.train_step(m._shards(xs), y, step)
+            lp.fence()
+            recs = rt.trace.stop()
+            if step < 2:
+                continue
+            t = max(r["end"] for r in recs) - min(r["start"] for r in recs)
+            o = device_orders(recs)
+            if best is None or t < best:
+                best, orders = t, o
+        assert orders == device_orders(tg=sim.tg)
+        assert abs(best - want) <= 0.1 * want, (best, want)
+    finally:
+        lp.runtime.shutdown()
