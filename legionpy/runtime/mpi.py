@@ -284,9 +284,11 @@ class Cluster:
             try:
                 if self.failure is None and err.Iprobe(source=MPI.ANY_SOURCE, tag=ERR_TAG):
                     text = err.recv(source=MPI.ANY_SOURCE, tag=ERR_TAG)
-                    self.failure = text
+                    # print before publishing: once ``failure`` is set the main
+                    # thread may raise, exit and abort the job at once
                     print(f"[legionpy rank {self.rank}] error: {text}", file=sys.stderr,
                           flush=True)
+                    self.failure = text
                     self._arm()
                 if self._requests or self.svc.Iprobe(source=MPI.ANY_SOURCE, tag=REQ_TAG):
                     self._serve()
@@ -303,7 +305,9 @@ class Cluster:
 
     def _at_exit(self) -> None:
         if self.failure is not None:
-            left = (self._abort_at or 0) - time.monotonic()
+            if self._abort_at is None:  # the watchdog has not armed the abort yet
+                self._abort_at = time.monotonic() + self.grace
+            left = self._abort_at - time.monotonic()
             if left > 0:
                 time.sleep(min(left, 0.5))
             self._abort()
