@@ -87,7 +87,7 @@ class Model:
         self.optimizer = as_optimizer(optimizer if optimizer is not None else SGD())
         rt = lr.get_runtime()
         machine = machine or Machine.local(len(rt.devices))
-        self.strategy = resolve_strategy(strategy, self.graph, machine)
+        self.strategy = self._consult(rt, machine, strategy)
         if {"accuracy", "crossentropy"} & set(self.metrics) and \
                 self.strategy[last.name].degrees[-1] > 1:
             raise ModelError(f"metrics {self.metrics} need whole output rows but the strategy "
@@ -97,6 +97,23 @@ class Model:
         self._nops = len(self.graph.ops)
         self._step = 0
         return self
+
+    def _consult(self, rt: Any, machine: Any, spec: Any) -> Any:
+        """The strategy for ``spec``, from the mapper: the runtime's mapper
+        becomes a ConsultingMapper (unless it already places by strategy, like
+        an AdaptiveMapper), which asks the optimizer -- search (cached),
+        a named baseline, a file or a given Strategy -- and then answers
+        slice_task / map_task / select_parallel_config from that strategy."""
+        from ..mapper import StrategyMapper
+        from ..mapper.consult import ConsultingMapper
+
+        mapper = rt.mapper
+        if not isinstance(mapper, StrategyMapper):
+            mapper = ConsultingMapper()
+            rt.set_mapper(mapper)
+        if isinstance(mapper, ConsultingMapper):
+            return mapper.consult(self, machine, spec, model_id=self.id)
+        return resolve_strategy(spec, self.graph, machine)
 
     def set_strategy(self, strategy: Any, machine: Any = None) -> None:
         """Change the strategy of a compiled model between steps: the next

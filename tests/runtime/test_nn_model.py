@@ -174,3 +174,24 @@ def test_compile_search_finds_caches_and_trains(rt2, tmp_path, monkeypatch):
     ref.fit(x, y, epochs=3, verbose=0)
     for name, value in ref.parameters().items():
         np.testing.assert_allclose(m.parameters()[name], value, rtol=1e-4, atol=1e-6)
+
+
+def test_compile_installs_a_mapper_that_consults_the_optimizer(rt2):
+    """issue 9 item 1: compile's mapper asks the optimizer and answers
+    select_parallel_config and the placement of every point from the strategy."""
+    from legionpy.mapper.consult import ConsultingMapper
+    from legionpy.optimizer import Machine
+
+    m = lenet8(batch=8).compile(strategy="model")
+    mapper = lp.runtime().mapper
+    assert isinstance(mapper, ConsultingMapper) and mapper.specs[m.id] == "model"
+    machine = Machine.local(2)
+    for op in m.graph.ops:
+        assert mapper.select_parallel_config(op, m.graph, machine) == m.strategy[op.name]
+    lp.runtime().trace.start()
+    m.fit(np.zeros((8, 1, 8, 8), np.float32), np.zeros(8, np.int64), verbose=0)
+    lp.fence()
+    records = lp.runtime().trace.stop()
+    placed = [(r["name"], r["launch"], r["device"]) for r in records
+              if r["kind"] == "compute" and r["name"].startswith("F(conv1")]
+    assert placed and all(d == m.strategy["conv1"].devices[k] for _, k, d in placed)
