@@ -3,8 +3,10 @@
 :func:`compare` simulates one training iteration of a model under a
 strategy on the local machine (``Machine.local()``: this process's devices,
 or every rank of an ``mpirun`` job), then runs the same strategy for real
-with the same devices -- ``compile``, ``warmup`` untimed steps, ``steps``
-timed steps, each followed by a fence, with the runtime's trace on -- and
+with the same devices -- ``compile``, then ONE ``fit`` call over ``warmup +
+steps`` batches (pipelined: step i+1 is launched before step i is waited
+for), the steady-state period timed from the last warm-up step's loss to
+the last step's, with the runtime's trace on -- and
 returns a :class:`FidelityResult`: simulated and measured seconds per
 iteration, the relative error ``|sim - real| / real`` and the busy seconds of
 every device in both halves (the measured ones summed from the trace's
@@ -20,9 +22,13 @@ it, and each worker spends time on a task's prologue and epilogue around
 the kernel. Legion has the same costs; FlexFlow's simulator leaves them
 out because its GPU kernels dwarf them. :class:`RuntimeOverhead` measures
 them once per machine with empty tasks (never with the models being
-compared): ``launch_s`` (control thread per point task), ``copy_launch_s``
-(extra control-thread time per copy), ``task_s`` (worker time per task
+compared): ``launch_s`` + ``req_launch_s`` per region requirement (control
+thread per point task), ``copy_launch_s`` (extra control-thread time per
+copy), ``task_s`` + ``req_task_s`` per requirement (worker time per task
 besides its kernel) and ``copy_s`` (per copy besides latency and bytes).
+With ``pipelined`` (the default of :func:`simulate_strategy`, as ``fit``
+runs) the control thread works one step ahead of the devices and the
+iteration takes the longer of its work and the devices' schedule.
 :func:`simulate_with_runtime` then re-schedules the simulator's task graph
 with those terms: every task lasts ``duration + task_s`` (copies ``+
 copy_s``) and becomes ready only after the control thread has issued it,
@@ -99,12 +105,18 @@ def kendall_tau(x: Sequence[float], y: Sequence[float]) -> float:
 
 @dataclass
 class RuntimeOverhead:
-    """Per-task costs of legionpy's runtime itself, in seconds (module doc)."""
+    """Per-task costs of legionpy's runtime itself, in seconds (module doc).
+    A point task with ``r`` region requirements (argument x field) costs the
+    control thread ``launch_s + r * req_launch_s`` and its worker ``task_s +
+    r * req_task_s`` besides the kernel; a copy costs the control thread
+    ``copy_launch_s`` and its link ``copy_s`` besides latency and bytes."""
 
     launch_s: float = 0.0
     copy_launch_s: float = 0.0
     task_s: float = 0.0
     copy_s: float = 0.0
+    req_launch_s: float = 0.0
+    req_task_s: float = 0.0
     machine: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,14 +124,21 @@ class RuntimeOverhead:
 
     @property
     def is_zero(self) -> bool:
-        return not (self.launch_s or self.copy_launch_s or self.task_s or self.copy_s)
+        return not (self.launch_s or self.copy_launch_s or self.task_s or self.copy_s
+                    or self.req_launch_s or self.req_task_s)
+
+    def control_s(self, reqs: int) -> float:
+        return self.launch_s + reqs * self.req_launch_s
+
+    def worker_s(self, reqs: int) -> float:
+        return self.task_s + reqs * self.req_task_s
 
 
 def _overhead_path(machine_name: str) -> str:
     from .costmodel import default_cache_path
 
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", machine_name)
-    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-{safe}.json")
+    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v2-{safe}.json")
 
 
 def _bcast(value: Any) -> Any:
@@ -140,11 +159,17 @@ def _gather(value: Any) -> list[Any]:
     return cluster().coll.allgather(value)
 
 
-def measure_runtime_overhead(launches: int = 150, tile_rows: int = 16) -> RuntimeOverhead:
+def measure_runtime_overhead(launches: int = 120, tile_rows: int = 16) -> RuntimeOverhead:
     """Measure :class:`RuntimeOverhead` on the current runtime with empty
-    tasks shaped like a layer's forward (two read-only region arguments and
-    one write-discard output, one point per device). Under MPI it is
-    collective and returns rank 0's figures on every rank. Takes ~0.2 s."""
+    tasks (never with the models being compared): index launches of one
+    point per device with 1 and with 6 region requirements (the per-task and
+    per-requirement terms are the line through the two medians, for the
+    control thread and for the workers), then pairs of launches where the
+    second reads, with a one-tile shift, what the first wrote on another
+    device (one copy per point: the extra control-thread time of the second
+    launch, and the copy records' durations less the link model's latency
+    and bytes). Under MPI it is collective and returns rank 0's figures on
+    every rank. Takes ~0.3 s."""
     from .. import runtime as lr
     from ..regions import WD, Partition, R, Region
     from ..runtime import LaunchOptions, TaskFunction
@@ -152,55 +177,73 @@ def measure_runtime_overhead(launches: int = 150, tile_rows: int = 16) -> Runtim
     rt = lr.get_runtime()
     n = len(rt.devices)
     shape = (n * tile_rows, 16)
-    a, w, y = (Region(shape, {"x": np.float32}, name=f"_ovh_{s}") for s in "awy")
-    for r in (a, w, y):
+    regs = [Region(shape, {"x": np.float32}, name=f"_ovh_{i}") for i in range(6)]
+    for r in regs:
         r.write("x", np.zeros(shape, np.float32))
-    parts = [Partition.equal(r, (n, 1)) for r in (a, w, y)]
+    parts = [Partition.equal(r, (n, 1)) for r in regs]
     colors = parts[0].colors
-    shifted = Partition.by_rects(y, {c: parts[2][((c[0] + 1) % n, 0)].rect for c in colors})
+    shifted = Partition.by_rects(regs[1], {c: parts[1][((c[0] + 1) % n, 0)].rect
+                                           for c in colors})
 
     def empty(*_args: Any) -> None:
         return None
 
-    noop = TaskFunction(empty, [R("x"), R("x"), WD("x")], name="_ovh_task", kind="compute")
-    reader = TaskFunction(empty, [R("x"), R("x"), WD("x")], name="_ovh_copy", kind="compute")
-    opts = LaunchOptions("_ovh_task", "compute", None)
-    ropts = LaunchOptions("_ovh_copy", "compute", None)
-    for _ in range(10):  # warm up the launch path's caches
-        lr.index_launch(noop, colors, parts[0], parts[1], parts[2], launch_options=opts)
-    lr.fence()
+    tasks = {}
+    for k in (1, 6):
+        tasks[k] = (TaskFunction(empty, [WD("x")] + [R("x")] * (k - 1), name=f"_ovh_{k}",
+                                 kind="compute"), LaunchOptions(f"_ovh_{k}", "compute", None))
+    wr = (TaskFunction(empty, [WD("x")], name="_ovh_w", kind="compute"),
+          LaunchOptions("_ovh_w", "compute", None))
+    rd = (TaskFunction(empty, [WD("x"), R("x")], name="_ovh_r", kind="compute"),
+          LaunchOptions("_ovh_r", "compute", None))
+
+    def launch(t: tuple, args: list) -> float:
+        t0 = time.perf_counter()
+        lr.index_launch(t[0], colors, *args, launch_options=t[1])
+        return (time.perf_counter() - t0) / n
+
+    control: dict[int, list] = {1: [], 6: []}
+    for k, t in tasks.items():
+        for _ in range(10):  # warm up the launch path's caches
+            launch(t, parts[:k])
+        lr.fence()
     rt.trace.start()
-    t0 = time.perf_counter()
-    for _ in range(launches):
-        lr.index_launch(noop, colors, parts[0], parts[1], parts[2], launch_options=opts)
-    launch_s = (time.perf_counter() - t0) / (launches * n)
+    for i in range(launches):
+        for k, t in tasks.items():
+            control[k].append(launch(t, parts[:k]))
+        if i % 10 == 9:
+            lr.fence()  # keep the queues short: the workers never starve the control thread
     lr.fence()
-    t1 = time.perf_counter()
-    per_copy = []
-    for _ in range(launches // 3):
-        lr.index_launch(noop, colors, parts[0], parts[1], parts[2], launch_options=opts)
-        t = time.perf_counter()
-        lr.index_launch(reader, colors, parts[0], parts[1], shifted, launch_options=ropts)
-        per_copy.append((time.perf_counter() - t) / n)
-    del t1
+    plain, copied = [], []
+    if n > 1:
+        for i in range(launches // 2):
+            launch(wr, [parts[1]])
+            plain.append(launch(rd, [parts[2], parts[1]]))
+            launch(wr, [parts[1]])
+            copied.append(launch(rd, [parts[2], shifted]))
+            if i % 10 == 9:
+                lr.fence()
     lr.fence()
     recs = rt.trace.stop()
     rt.trace.clear()
-    tasks = [r["end"] - r["start"] for r in recs if r["name"].startswith("_ovh_task")
-             and r["kind"] == "compute"]
+    med = statistics.median
+    work = {k: [r["end"] - r["start"] for r in recs if r["kind"] == "compute"
+                and r["name"].startswith(f"_ovh_{k}")] for k in (1, 6)}
     copies = [r["end"] - r["start"] for r in recs if r["kind"] == "copy"]
-    mine = {"launch_s": launch_s,
-            "copy_launch_s": max(0.0, statistics.median(per_copy) - launch_s) if n > 1 else 0.0,
-            "task_s": statistics.median(tasks) if tasks else 0.0,
-            "copy_s": statistics.median(copies) if copies else 0.0}
+    c1, c6 = med(control[1]), med(control[6])
+    w1, w6 = med(work[1]), med(work[6])
+    mine = {"req_launch_s": max(0.0, (c6 - c1) / 5), "req_task_s": max(0.0, (w6 - w1) / 5)}
+    mine["launch_s"] = max(0.0, c1 - mine["req_launch_s"])
+    mine["task_s"] = max(0.0, w1 - mine["req_task_s"])
+    mine["copy_launch_s"] = max(0.0, med(copied) - med(plain)) if copied else 0.0
+    mine["copy_s"] = 0.0
     # Copies: subtract what the link model already charges (latency + bytes / bw).
     if copies and n > 1:
         from .machine import Machine
 
-        m = Machine.local()
-        ln = m.links[0]
+        ln = Machine.local().links[0]
         nbytes = tile_rows * 16 * 4
-        mine["copy_s"] = max(0.0, mine["copy_s"] - ln.latency - nbytes / ln.bandwidth)
+        mine["copy_s"] = max(0.0, med(copies) - ln.latency - nbytes / ln.bandwidth)
     figures = _bcast(mine)
     return RuntimeOverhead(machine="", **figures)
 
@@ -273,12 +316,47 @@ def _issue_keys(tasks: list[dict], preds: list[list[int]], succs: list[list[int]
     return keys  # type: ignore[return-value]
 
 
-def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any = None
-                          ) -> dict[str, Any]:
+def _requirements(tasks: list[dict], graph: Any, update_fields: int) -> list[int]:
+    """Region requirements (argument x field) of every task, as the layer API
+    launches them (legionpy/nn/execution.py): ``F(op)`` writes its output and
+    reads its inputs and weights; ``B(op)`` reads the output's value (and
+    gradient, but for the last op), each input's value (and reduces its
+    gradient when its producer has a backward) and reduces each weight's
+    gradient besides reading it; ``U(param)`` reads and writes ``w``, ``g``
+    and the optimizer's state (``update_fields`` in all). 1 when unknown."""
+    ops = {op.name: op for op in graph.ops} if graph is not None else {}
+    last = graph.ops[-1].name if graph is not None and graph.ops else None
+    out = []
+    for t in tasks:
+        m = _NAME.match(t["name"]) if t["kind"] != "copy" else None
+        op = ops.get(m.group("what").split(".")[0]) if m is not None else None
+        if m is None:
+            out.append(0 if t["kind"] == "copy" else 1)
+        elif m.group("phase") == "U":
+            out.append(update_fields)
+        elif op is None:
+            out.append(1)
+        elif m.group("phase") == "F":
+            out.append(1 + len(op.inputs) + len(op.params))
+        else:
+            ins = sum(2 if ref.op.has_backward else 1 for ref in op.inputs)
+            out.append((1 if op.name == last else 2) + ins + 2 * len(op.params))
+    return out
+
+
+def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any = None,
+                          pipelined: bool = False, update_fields: int = 2) -> dict[str, Any]:
     """Re-schedule a simulator task graph (``TaskGraph.to_json()``: tasks with
     ``duration_s`` and ``device``, ``deps``) with ``overhead`` (module doc).
-    ``graph``: the operator graph, for the launch order (else: id order).
-    Returns ``{"iteration_time_s", "per_device_busy_s", "control_busy_s"}``."""
+    ``graph``: the operator graph, for the launch order and each task's
+    region requirements (else: id order, one requirement per task).
+    ``pipelined``: the steady state of ``fit``, which launches step i+1
+    before waiting for step i, so the control thread works one step ahead of
+    the devices: the iteration takes the longer of the control thread's
+    work and the devices' schedule (tasks ready when their inputs are, the
+    control thread's issue times dropped). Otherwise (one step, then wait)
+    every task also waits for its issue. Returns ``{"iteration_time_s",
+    "per_device_busy_s", "control_busy_s", "schedule_s"}``."""
     tasks = taskgraph["tasks"]
     n = len(tasks)
     preds: list[list[int]] = [[] for _ in range(n)]
@@ -294,17 +372,18 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
             for p in op.params.values():
                 param_index.setdefault(p.name, len(param_index))
     keys = _issue_keys(tasks, preds, succs, op_index, param_index)
+    reqs = _requirements(tasks, graph, update_fields)
     # the control thread issues every task in launch order
     issued = [0.0] * n
     clock = 0.0
     for tid in sorted(range(n), key=lambda i: keys[i]):
         is_copy = tasks[tid]["kind"] == "copy"
-        clock += overhead.copy_launch_s if is_copy else overhead.launch_s
+        clock += overhead.copy_launch_s if is_copy else overhead.control_s(reqs[tid])
         issued[tid] = clock
-    dur = [t["duration_s"] + (overhead.copy_s if t["kind"] == "copy" else overhead.task_s)
-           for t in tasks]
+    dur = [t["duration_s"] + (overhead.copy_s if t["kind"] == "copy"
+                              else overhead.worker_s(reqs[i])) for i, t in enumerate(tasks)]
     waiting = [len(p) for p in preds]
-    ready = list(issued)
+    ready = [0.0] * n if pipelined else list(issued)
     heap = [(ready[i], i) for i in range(n) if waiting[i] == 0]
     heapq.heapify(heap)
     free: dict[str, float] = {}
@@ -327,13 +406,15 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     if done != n:
         raise ValueError(f"task graph has a cycle: {n - done} of {n} tasks never ran")
     devices = {t["device"] for t in tasks if t["kind"] != "copy"}
-    return {"iteration_time_s": max(end, default=0.0),
+    sched = max(end, default=0.0)
+    return {"iteration_time_s": max(sched, clock) if pipelined else sched,
             "per_device_busy_s": {d: busy.get(d, 0.0) for d in sorted(devices)},
-            "control_busy_s": clock}
+            "control_busy_s": clock, "schedule_s": sched}
 
 
 def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any = "measured",
-                      overhead: RuntimeOverhead | None = None) -> dict[str, Any]:
+                      overhead: RuntimeOverhead | None = None, pipelined: bool = True
+                      ) -> dict[str, Any]:
     """Simulate one iteration; ``cost_model``: a CostModel or a ``--cost``
     spec. Returns the simulator's ``SimResult.to_dict()`` plus
     ``kernel_time_s`` (the plain simulator's iteration time); with
@@ -350,11 +431,12 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
     out["kernel_per_device_busy_s"] = dict(res.per_device_busy_s)
     if overhead is not None and not overhead.is_zero:
         tg = sim.tg.to_json(include_times=False)
-        r = simulate_with_runtime(tg, overhead, graph)
+        r = simulate_with_runtime(tg, overhead, graph, pipelined=pipelined)
         out["iteration_time_s"] = r["iteration_time_s"]
         out["per_device_busy_s"] = {d: r["per_device_busy_s"].get(d, 0.0)
                                     for d in res.per_device_busy_s}
         out["control_busy_s"] = r["control_busy_s"]
+        out["schedule_s"] = r["schedule_s"]
     out["overhead"] = overhead.to_dict() if overhead is not None else None
     return out
 
@@ -364,11 +446,15 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
 def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, warmup: int = 2,
                     seed: int = 0) -> dict[str, Any]:
     """Compile ``model`` (an uncompiled ``nn.Model``) with ``strategy`` and
-    run ``warmup`` + ``steps`` training steps on the current runtime, each
-    step one ``fit`` call on one batch followed by a fence. Returns
-    ``{"measured_time_s" (median timed step, max over ranks),
-    "measured_step_times_s", "measured_per_device_busy_s" (per step,
-    from the trace), "final_loss"}``. Collective under MPI."""
+    train ``warmup + steps`` batches in ONE ``fit`` call, as training runs
+    (``fit`` launches step i+1 before waiting for step i, so the control
+    thread's analysis overlaps the devices' work). ``on_step`` stamps the
+    moment each step's loss arrives; the steady-state iteration time is the
+    time from the end of the last warm-up step to the end of the last step,
+    divided by ``steps`` (max over ranks). Returns ``{"measured_time_s",
+    "measured_step_times_s" (the stamps' differences), "measured_per_device_busy_s"
+    (trace busy time inside that window, per step), "final_loss"}``.
+    Collective under MPI."""
     from .. import data as D
     from .. import nn
     from .. import runtime as lr
@@ -377,41 +463,44 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     model.compile(optimizer=nn.SGD(lr=1e-3), loss="sparse_categorical_crossentropy",
                   strategy=strategy, machine=machine)
     b = model.batch_size
+    warmup = max(1, warmup)
     total = warmup + steps
     try:
         xs, y = D.for_model(model, total * b, seed=seed)
     except (ValueError, TypeError):  # not a zoo-shaped model: random data of its shapes
         xs, y = _random_data(model.graph, total * b, seed)
-    times = []
-    loss = float("nan")
+    stamps: list[float] = []
+
+    def on_step(i: int, logs: dict) -> None:
+        stamps.append(time.perf_counter())
+
     lr.fence()
-    for s in range(total):
-        if s == warmup:
-            rt.trace.start()
-        sl = slice(s * b, (s + 1) * b)
-        t0 = time.perf_counter()
-        h = model.fit([x[sl] for x in xs], y[sl], epochs=1, verbose=0, shuffle=False)
-        lr.fence()
-        if s >= warmup:
-            times.append(time.perf_counter() - t0)
-        loss = float(h["loss"][0])
+    rt.trace.start()
+    h = model.fit(xs, y, epochs=1, verbose=0, shuffle=False, on_step=on_step)
+    lr.fence()
     recs = rt.trace.stop()
     rt.trace.clear()
+    if len(stamps) != total:
+        raise RuntimeError(f"measure_runtime: {len(stamps)} steps reported, {total} launched")
+    times = [stamps[i] - stamps[i - 1] for i in range(warmup, total)]
+    period = (stamps[-1] - stamps[warmup - 1]) / steps
+    lo, hi = stamps[warmup - 1] - rt.trace.t0, stamps[-1] - rt.trace.t0
     busy: dict[int, float] = {}
     for r in recs:
         if r["device"] is not None and r["kind"] in ("compute", "update"):
-            busy[r["device"]] = busy.get(r["device"], 0.0) + (r["end"] - r["start"])
+            v = min(r["end"], hi) - max(r["start"], lo)
+            if v > 0:
+                busy[r["device"]] = busy.get(r["device"], 0.0) + v
     names = {d.id: d.name for d in machine.devices}
     merged: dict[str, float] = {names.get(d, str(d)): 0.0 for d in names}
     for part in _gather(busy):
         for d, v in part.items():
             key = names.get(d, str(d))
-            merged[key] = merged.get(key, 0.0) + v / max(steps, 1)
-    medians = _gather(float(statistics.median(times)))
+            merged[key] = merged.get(key, 0.0) + v / steps
     all_times = _gather(times)
-    return {"measured_time_s": max(medians),
+    return {"measured_time_s": max(_gather(period)),
             "measured_step_times_s": [max(ts) for ts in zip(*all_times)],
-            "measured_per_device_busy_s": merged, "final_loss": loss}
+            "measured_per_device_busy_s": merged, "final_loss": float(h["step_loss"][-1])}
 
 
 def _random_data(graph: Any, n: int, seed: int) -> tuple[list[np.ndarray], np.ndarray]:

@@ -81,6 +81,33 @@ def test_control_thread_and_task_overhead_by_hand():
     assert r["control_busy_s"] == pytest.approx(0.3)
 
 
+def test_requirements_and_pipelined_control_thread_by_hand():
+    tg = {"tasks": [{"id": 0, "name": "F:x[0]", "kind": "compute", "device": "cpu0",
+                     "duration_s": 1.0, "bytes": 0},
+                    {"id": 1, "name": "F:y[0]", "kind": "compute", "device": "cpu0",
+                     "duration_s": 1.0, "bytes": 0}],
+          "deps": [[0, 1]]}
+    ovh = RuntimeOverhead(launch_s=0.1, req_launch_s=0.05, task_s=0.0, req_task_s=0.01)
+    # no graph: one requirement per task; control 0.15 per task, worker +0.01
+    r = simulate_with_runtime(tg, ovh, None)
+    assert r["control_busy_s"] == pytest.approx(0.3)
+    assert r["iteration_time_s"] == pytest.approx(0.15 + 1.01 + 1.01)
+    # pipelined: the control thread works a step ahead; the longer of the two
+    r = simulate_with_runtime(tg, ovh, None, pipelined=True)
+    assert r["iteration_time_s"] == pytest.approx(2.02)
+    slow = RuntimeOverhead(launch_s=3.0)
+    r = simulate_with_runtime(tg, slow, None, pipelined=True)
+    assert r["iteration_time_s"] == pytest.approx(6.0) and r["schedule_s"] == pytest.approx(2)
+
+
+def test_overhead_calibration_on_empty_tasks(rt2):
+    from legionpy.optimizer.fidelity import measure_runtime_overhead
+
+    o = measure_runtime_overhead(launches=20)
+    assert o.launch_s > 0 and o.req_launch_s >= 0 and o.copy_launch_s >= 0
+    assert o.control_s(4) == pytest.approx(o.launch_s + 4 * o.req_launch_s)
+
+
 def tiny_model() -> lp.nn.Model:
     m = lp.nn.Model(batch_size=8, name="tiny")
     t = m.dense(m.input((16,)), 32, activation="relu")
@@ -94,6 +121,8 @@ def test_fidelity_runner_on_a_tiny_model(cache, rt2):
     assert r.machine == "local:2" and r.steps == 2
     assert r.measured_time_s > 0 and r.iteration_time_s > 0
     assert len(r.measured_step_times_s) == 2
+    # steady state of one pipelined fit call: the period is the mean of the step gaps
+    assert r.measured_time_s == pytest.approx(sum(r.measured_step_times_s) / 2, rel=1e-6)
     assert r.relative_error == pytest.approx(
         abs(r.iteration_time_s - r.measured_time_s) / r.measured_time_s)
     assert set(r.per_device_busy_s) == set(r.measured_per_device_busy_s) == {"cpu0", "cpu1"}
