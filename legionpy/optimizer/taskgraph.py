@@ -72,7 +72,7 @@ import numpy as np
 
 from ..errors import StrategyError
 from ..mapper.strategy import param_tiles, update_points
-from ..runtime.coherence import FieldState, Piece, Request
+from ..runtime.coherence import FieldState, Piece, Request, choose_source
 from . import simkernels as K
 
 __all__ = ["TaskGraph", "pack_key", "unpack_key", "KIND_NAMES"]
@@ -110,6 +110,10 @@ def _code(d, cmap):
     if d >= _CID:
         return cmap[d]
     return d
+
+
+def _pkey(p):
+    return (p[0], p[1])
 
 
 def _no_id():
@@ -166,6 +170,10 @@ class TaskGraph:
         self._tiles: dict = {}
         self._pairs: dict = {}
         self._blocks: dict = {}  # (block id, configs) -> _Block (cache)
+        self._hops: dict = {}  # (src, dst, nbytes) -> ((resource, seconds), ...) per hop
+        #: replay forward reads (no fills, no reductions) with :meth:`_fast_reads`
+        #: instead of FieldState; tests/unit/test_taskgraph.py checks both agree
+        self.fast_reads = True
         self.fslot = np.full((len(ops), MAXT), -1, np.int64)
         self.bslot = np.full((len(ops), MAXT), -1, np.int64)
         self.live_tasks: dict = {}  # block id -> slots
@@ -266,19 +274,34 @@ class TaskGraph:
     def _route(self, a: int, b: int):
         return self.machine.route(a, b)
 
+    def _hop_times(self, src_dev: int, dst_dev: int, nbytes: float) -> tuple:
+        """``((resource, seconds), ...)`` of the hops of a copy (cached)."""
+        hk = (src_dev, dst_dev, nbytes)
+        hops = self._hops.get(hk)
+        if hops is None:
+            links = self.machine.links
+            hops = tuple((self.D + lid, self.cost.copy_time(nbytes, links[lid]))
+                         for lid in self._route(src_dev, dst_dev))
+            if len(self._hops) > 1_000_000:
+                self._hops.clear()
+            self._hops[hk] = hops
+        return hops
+
     def _copy_chain(self, tasks, edges, key0, src_dev, dst_dev, nbytes, mem_dev, mem_bytes,
                     pred, succ):
         """Append hops of a copy; edges pred -> hop0 -> ... -> succ (codes).
         Returns (first hop, last hop) local indices."""
         prev = pred
-        route = self._route(src_dev, dst_dev)
+        hops = self._hop_times(src_dev, dst_dev, nbytes)
         first = len(tasks)
         ends = src_dev * 65536 + dst_dev
-        for h, lid in enumerate(route):
-            ln = self.machine.links[lid]
-            last = h == len(route) - 1
-            tasks.append((key0 + h, self.cost.copy_time(nbytes, ln), self.D + lid, COPY,
-                          nbytes, mem_dev if last else 0, mem_bytes if last else 0.0, ends))
+        last_h = len(hops) - 1
+        append = tasks.append
+        for h, (r, t) in enumerate(hops):
+            if h == last_h:
+                append((key0 + h, t, r, COPY, nbytes, mem_dev, mem_bytes, ends))
+            else:
+                append((key0 + h, t, r, COPY, nbytes, 0, 0.0, ends))
             cur = len(tasks) - 1
             if prev is not None:
                 edges.append((prev, cur))
@@ -286,6 +309,76 @@ class TaskGraph:
         if succ is not None:
             edges.append((prev, succ))
         return first, prev
+
+    def _fast_reads(self, pieces, reads, item, mem_factor, tasks, edges) -> None:
+        """Forward reads replayed without FieldState, on a state of pieces
+        ``[lo, hi, rect, valid, owner]`` (no fill, no pending reduction; valid
+        values are edge codes) -- the ``read`` rule of
+        :meth:`legionpy.runtime.coherence.FieldState.access` (pieces in rect
+        order, one merged copy per source memory chosen by ``choose_source``,
+        data valid at the reader: a dependence, no copy). ``reads``: ``(rect,
+        memory, op code, key0)`` in launch order. Same tasks and edges as
+        :meth:`_access` on the equivalent FieldState."""
+        for rect, dev, opc, key0 in reads:
+            rlo, rhi = rect.lo, rect.hi
+            hits = []
+            for p in pieces:
+                for a, b, c, d in zip(p[0], p[1], rlo, rhi):
+                    if (a if a > c else c) >= (b if b < d else d):
+                        break
+                else:
+                    hits.append(p)
+            if len(hits) > 1:
+                hits.sort(key=_pkey)
+            deps = set()
+            groups: dict = {}
+            copies = []  # [src, volume, deps]
+            touched = []  # (piece, copy index)
+            for p in hits:
+                for a, b, c, d in zip(p[0], p[1], rlo, rhi):
+                    if a < c or b > d:
+                        break
+                else:
+                    a = None  # inside
+                if a is not None:  # split: the parts outside keep their state
+                    q = p[2]
+                    pieces.remove(p)
+                    for r in q.subtract(rect):
+                        pieces.append([r.lo, r.hi, r, p[3], p[4]])
+                    part = q & rect
+                    p = [part.lo, part.hi, part, p[3], p[4]]
+                    pieces.append(p)
+                valid = p[3]
+                if dev in valid:
+                    deps.add(valid[dev])
+                    continue
+                src = choose_source(valid, p[4])
+                dep = valid[src]
+                g = groups.get(src)
+                if g is None:
+                    groups[src] = g = len(copies)
+                    copies.append([src, p[2].volume, [dep]])
+                else:
+                    c = copies[g]
+                    c[1] += p[2].volume
+                    if dep not in c[2]:
+                        c[2].append(dep)
+                touched.append((p, g))
+            lasts = []
+            for n, (src, vol, cdeps) in enumerate(copies):
+                nb = float(vol * item)
+                first, last = self._copy_chain(tasks, edges, key0 + n * 16, src, dev, nb, dev,
+                                               mem_factor * nb, None, None)
+                for d in cdeps:
+                    if d is not None:
+                        edges.append((d, first))
+                lasts.append(last)
+                deps.add(last)
+            for p, g in touched:
+                p[3] = {**p[3], dev: lasts[g]}
+            for d in deps:
+                if d is not None:
+                    edges.append((d, opc))
 
     def _access(self, st, req, key0, itemsize, mem_factor, tasks, edges, cmap):
         """Run one access of the coherence state machine; emit its copies (key
@@ -340,9 +433,8 @@ class TaskGraph:
         tasks, edges, cmap = [], [], {}
         item = prod.itemsize
         tiles = self.tiles(p, cp.degrees)
-        st = FieldState([Piece(t, {cp.devices[j]: _ext(p, 0, j)}, owner=cp.devices[j])
-                         for j, t in enumerate(tiles)])
         cons = list(zip(self.cons_ops[p], cfgs[1:]))
+        reads = []
         for c, cc in cons:  # forward reads, launch order
             op = ops[c]
             ins = [i for i, r in enumerate(op.inputs) if r.op is prod]
@@ -351,8 +443,16 @@ class TaskGraph:
                 for i, nd in zip(ins, needs):
                     if nd[k].empty:
                         continue
-                    st = self._access(st, Request(nd[k], "read", dev, _ext(c, 0, k)),
-                                      pack_key(c, 1, k, 1 + i), item, 2, tasks, edges, cmap)
+                    reads.append((nd[k], dev, _ext(c, 0, k), pack_key(c, 1, k, 1 + i)))
+        if self.fast_reads:
+            self._fast_reads([[t.lo, t.hi, t, {cp.devices[j]: _ext(p, 0, j)}, cp.devices[j]]
+                              for j, t in enumerate(tiles)], reads, item, 2, tasks, edges)
+        else:
+            st = FieldState([Piece(t, {cp.devices[j]: _ext(p, 0, j)}, owner=cp.devices[j])
+                             for j, t in enumerate(tiles)])
+            for r, dev, opc, key0 in reads:
+                st = self._access(st, Request(r, "read", dev, opc), key0, item, 2, tasks,
+                                  edges, cmap)
         if prod.has_backward and p != P - 1:
             st = FieldState.filled(prod.output_rect, 0)
             for c, cc in reversed(cons):  # backward reductions, launch order
@@ -388,7 +488,7 @@ class TaskGraph:
                 groups[-1][1].append((pname, pos))
             else:
                 groups.append((op.index, [(pname, pos)], cfg))
-        st = FieldState(shards)
+        reads = []
         for q, pn, cfg in groups:  # forward reads of w
             op = ops[q]
             for k, tile in enumerate(self.tiles(q, cfg.degrees)):
@@ -397,8 +497,15 @@ class TaskGraph:
                     r = op.weight_rect(pname, tile)
                     if r.empty:
                         continue
-                    st = self._access(st, Request(r, "read", dev, _ext(q, 0, k)),
-                                      pack_key(q, 1, k, pos), item, 2, tasks, edges, cmap)
+                    reads.append((r, dev, _ext(q, 0, k), pack_key(q, 1, k, pos)))
+        if self.fast_reads:
+            self._fast_reads([[s.rect.lo, s.rect.hi, s.rect, s.valid, s.owner] for s in shards],
+                             reads, item, 2, tasks, edges)
+        else:
+            st = FieldState(shards)
+            for r, dev, opc, key0 in reads:
+                st = self._access(st, Request(r, "read", dev, opc), key0, item, 2, tasks,
+                                  edges, cmap)
         st = FieldState(shards)
         for q, pn, cfg in reversed(groups):  # backward reductions into g
             op = ops[q]

@@ -16,8 +16,17 @@ the current contents of its rect live:
   Regions start as a fill of 0.
 - ``redop`` / ``reds``: pending reduction contributions, in program order,
   each a :class:`Red` (reduction buffer in some memory, identity-initialised,
-  and the id of the task that produces it). The piece's current value is
-  ``base (valid/fill) redop red1 redop red2 ...``.
+  and the ids of the tasks that accumulated into it). The piece's current
+  value is ``base (valid/fill) redop red1 redop red2 ...``.
+
+Reduction buffers are per (memory, root, field) and *epoch*: the state keeps
+the open buffer of each memory (``open_buffers``); a reducer with the same
+op on that memory accumulates into it (its Red gains a producer), else opens
+its own (``Request.buffer``; ``Plan.buffer`` says which one the task uses).
+Any access that folds or drops part of a buffer (read, write, fill, reduce
+with another op) closes it, so reducers after a reader in program order
+start a new buffer. Same-op reducers of one memory need no ordering between
+them (they commute; a device runs its tasks one at a time).
 
 An access (:class:`Request`: rect, mode, memory, op id) turns into a
 :class:`Plan`: copies to run first (on the (src, dst) link, each waiting for
@@ -29,8 +38,8 @@ order), and the ids the task must wait for. Rules per overlapped piece:
   -> materialise locally; else copy from one valid memory (the last
   writer's memory, ``Piece.owner``, if still valid; else the lowest device
   id, host last). Pending reductions: remote buffers are copied to the reader's
-  memory and every buffer is folded there (per-task buffers: one copy per
-  (reducing task, reader) whatever the number of pieces); the reader's memory becomes the
+  memory and every buffer is folded there (one copy per (buffer, reader)
+  whatever the number of pieces, after every contributor); the reader's memory becomes the
   only valid one (``valid = {memory: op}``). Other valid copies stay valid.
 - ``read_write``: as read, then ``valid = {memory: op}`` (others are stale).
 - ``write_discard``: no copy-in; ``valid = {memory: op}``; fill and pending
@@ -92,13 +101,15 @@ HOST = -1
 
 @dataclass(frozen=True, slots=True)
 class Red:
-    """A pending reduction contribution: ``buffer`` (opaque key of a reduction
-    instance covering ``buffer_rect``) in ``memory``, produced by ``producer``."""
+    """Pending reduction contributions: ``buffer`` (opaque key of the reduction
+    instance of ``memory`` for this (root, field)), accumulated by the tasks
+    ``producers`` (program order). One buffer per memory and epoch: every
+    same-op reducer on that memory adds into it until a reader, a writer or
+    a fill consumes part of it (see :class:`FieldState`)."""
 
     memory: int
     buffer: Any
-    buffer_rect: Rect
-    producer: int
+    producers: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +138,7 @@ class Request:
 class Copy:
     """Move ``rect`` (and the ``more`` rects) from ``src`` to ``dst`` after
     ``deps``. ``buffer`` is None for instance-to-instance copies, else the
-    source reduction buffer (with its ``buffer_rect``); such a copy lands in
+    source reduction buffer (the runtime keeps its rect); such a copy lands in
     staging buffers at ``dst``, one per rect (``Instances.staging[(id,
     rect)]``). One access makes at most one copy per source memory (instance
     copies) and one per reduction buffer: the pieces of the request that come
@@ -139,7 +150,6 @@ class Copy:
     dst: int
     deps: tuple[int, ...]
     buffer: Any = None
-    buffer_rect: Rect | None = None
     more: tuple[Rect, ...] = ()  # further rects merged into this copy (same src, request)
 
     @property
@@ -169,7 +179,6 @@ class FoldAction:
     rect: Rect
     redop: str
     buffer: Any = None
-    buffer_rect: Rect | None = None
     staged: int | None = None
 
 
@@ -179,22 +188,24 @@ class Plan:
     prologue: list[FillAction | FoldAction] = field(default_factory=list)
     deps: set[int] = field(default_factory=set)
     groups: dict = field(default_factory=dict)  # ("i", src) | ("r", buffer) -> copy index
+    buffer: Any = None  # reduce: the buffer key the task accumulates into
 
-    def add_copy(self, key: Any, rect: Rect, src: int, dst: int, dep: int,
-                 new_id: Callable[[], int], buffer: Any = None,
-                 buffer_rect: Rect | None = None) -> int:
-        """Copy ``rect`` from ``src`` (or ``buffer``) to ``dst``: merged into
-        this plan's copy with the same ``key`` if there is one. Returns its id."""
+    def add_copy(self, key: Any, rect: Rect, src: int, dst: int, deps: tuple[int, ...],
+                 new_id: Callable[[], int], buffer: Any = None) -> int:
+        """Copy ``rect`` from ``src`` (or ``buffer``) to ``dst`` after ``deps``:
+        merged into this plan's copy with the same ``key`` if there is one.
+        Returns its id."""
         i = self.groups.get(key)
         if i is None:
             cid = new_id()
             self.groups[key] = len(self.copies)
-            self.copies.append(Copy(cid, rect, src, dst, (dep,), buffer, buffer_rect))
+            self.copies.append(Copy(cid, rect, src, dst, deps, buffer))
             self.deps.add(cid)
             return cid
         c = self.copies[i]
-        deps = c.deps if dep in c.deps else c.deps + (dep,)
-        self.copies[i] = replace(c, deps=deps, more=c.more + (rect,))
+        more = tuple(d for d in deps if d not in c.deps)
+        self.copies[i] = replace(c, deps=c.deps + more if more else c.deps,
+                                 more=c.more + (rect,))
         return c.id
 
 
@@ -237,7 +248,7 @@ class FieldState:
     state must not be used from several threads at once.)
     """
 
-    __slots__ = ("_store", "_base", "_removed", "_added")
+    __slots__ = ("_store", "_base", "_removed", "_added", "_open")
 
     def __init__(self, pieces: list[Piece]) -> None:
         store = _Store()
@@ -249,6 +260,8 @@ class FieldState:
         self._base: FieldState | None = None
         self._removed: list[tuple[int, Piece]] = []
         self._added: list[tuple[int, Piece]] = []
+        # open reduction buffers: {memory: (buffer key, redop)}, never mutated in place
+        self._open: dict[int, tuple[Any, str]] = {}
 
     @classmethod
     def filled(cls, rect: Rect, value: Any = 0) -> FieldState:
@@ -275,14 +288,16 @@ class FieldState:
         return store  # type: ignore[return-value]
 
     def _commit(self, store: _Store, removed: list[tuple[int, Piece]],
-                new: list[Piece]) -> FieldState:
-        """The successor version: this one's pieces minus ``removed`` plus ``new``."""
+                new: list[Piece], opened: dict | None = None) -> FieldState:
+        """The successor version: this one's pieces minus ``removed`` plus
+        ``new``, with the open buffers ``opened`` (default: unchanged)."""
         k = store.next_key
         added = [(k + i, p) for i, p in enumerate(new)]
         store.next_key = k + len(new)
         store.apply(removed, added)
         succ = FieldState.__new__(FieldState)
         succ._store, succ._base, succ._removed, succ._added = store, None, [], []
+        succ._open = self._open if opened is None else opened
         self._store, self._base, self._removed, self._added = None, succ, added, removed
         return succ
 
@@ -291,7 +306,13 @@ class FieldState:
         """The pieces, in rect order (a new list)."""
         return sorted((p for _, p in self._own().index.items()), key=_key)
 
+    def open_buffers(self) -> dict[int, tuple[Any, str]]:
+        """``{memory: (buffer key, redop)}``: the reduction buffer a further
+        reducer with that op on that memory accumulates into."""
+        return dict(self._open)
+
     def __eq__(self, other: object) -> bool:
+        """Same pieces (the open-buffer table is not compared)."""
         if not isinstance(other, FieldState):
             return NotImplemented
         return self.pieces == other.pieces
@@ -334,7 +355,18 @@ class FieldState:
             if not rect.contains(p.rect):
                 new.extend(replace(p, rect=r) for r in p.rect.subtract(rect))
         new.append(Piece(rect, {}, value))
-        return self._commit(store, removed, new)
+        return self._commit(store, removed, new,
+                            self._closing(r.buffer for _, p in removed for r in p.reds))
+
+    def _closing(self, consumed: Any) -> dict | None:
+        """The open-buffer table without the buffers in ``consumed`` (None:
+        unchanged). A buffer that a transition folds or drops, even in part,
+        is closed: later reducers on its memory start a new one."""
+        gone = set(consumed)
+        if not gone or not self._open:
+            return None
+        opened = {m: b for m, b in self._open.items() if b[0] not in gone}
+        return opened if len(opened) != len(self._open) else None
 
     def access(self, req: Request, new_id: Callable[[], int]) -> tuple[Plan, FieldState]:
         """Plan ``req`` and return ``(plan, new_state)``. ``new_id`` hands out
@@ -360,6 +392,9 @@ class FieldState:
             new.extend(replace(p, rect=r) for r in q.subtract(rect))
             touched.append((None, p, replace(p, rect=q & rect)))
         mode, mem, op = req.mode, req.memory, req.op
+        redop = req.redop
+        opened = self._closing(r.buffer for _, _, part in touched
+                               if mode != "reduce" or part.redop != redop for r in part.reds)
         if mode == "write_discard" or mode == "read_write":
             for k, p, part in touched:
                 if mode == "read_write":
@@ -367,13 +402,29 @@ class FieldState:
                 if k is not None:
                     removed.append((k, p))
             new.append(Piece(rect, {mem: op}, owner=mem))
-            return plan, self._commit(store, removed, new)
+            return plan, self._commit(store, removed, new, opened)
+        buf = None
+        if mode == "reduce":  # accumulate into mem's open buffer, or open one
+            table = self._open if opened is None else opened
+            ob = table.get(mem)
+            if ob is not None and ob[1] == redop:
+                buf = ob[0]
+            else:
+                buf = req.buffer
+                opened = {**table, mem: (buf, redop)}
+            plan.buffer = buf
         for k, p, part in touched:
             if mode == "reduce":
-                if part.reds and part.redop != req.redop:
+                if part.reds and part.redop != redop:
                     part = _materialise(part, mem, op, plan, new_id)
-                red = Red(mem, req.buffer, rect, op)
-                out = replace(part, redop=req.redop, reds=part.reds + (red,))
+                reds = part.reds
+                for i, red in enumerate(reds):
+                    if red.buffer == buf and red.memory == mem:
+                        reds = reds[:i] + (Red(mem, buf, red.producers + (op,)),) + reds[i + 1:]
+                        break
+                else:
+                    reds = reds + (Red(mem, buf, (op,)),)
+                out = replace(part, redop=redop, reds=reds)
             else:
                 out = _materialise(part, mem, op, plan, new_id)
                 if out is p:  # whole and unchanged
@@ -381,9 +432,9 @@ class FieldState:
             if k is not None:
                 removed.append((k, p))
             new.append(out)
-        if not removed and not new:
+        if not removed and not new and opened is None:
             return plan, self
-        return plan, self._commit(store, removed, new)
+        return plan, self._commit(store, removed, new, opened)
 
 
 def _materialise(p: Piece, mem: int, op: int, plan: Plan, new_id: Callable[[], int]) -> Piece:
@@ -397,7 +448,7 @@ def _materialise(p: Piece, mem: int, op: int, plan: Plan, new_id: Callable[[], i
         valid = {**valid, mem: op}
     elif valid:
         src = choose_source(valid, p.owner)
-        cid = plan.add_copy(("i", src), p.rect, src, mem, valid[src], new_id)
+        cid = plan.add_copy(("i", src), p.rect, src, mem, (valid[src],), new_id)
         valid = {**valid, mem: cid}
     if not p.reds:
         if valid is p.valid and p.redop is None:
@@ -405,11 +456,11 @@ def _materialise(p: Piece, mem: int, op: int, plan: Plan, new_id: Callable[[], i
         return Piece(p.rect, valid, fill, owner=p.owner)
     for red in p.reds:
         if red.memory == mem:
-            plan.deps.add(red.producer)
-            plan.prologue.append(FoldAction(mem, p.rect, p.redop, red.buffer, red.buffer_rect))
+            plan.deps.update(red.producers)
+            plan.prologue.append(FoldAction(mem, p.rect, p.redop, red.buffer))
         else:
-            cid = plan.add_copy(("r", red.buffer), p.rect, red.memory, mem, red.producer,
-                                new_id, red.buffer, red.buffer_rect)
+            cid = plan.add_copy(("r", red.buffer), p.rect, red.memory, mem, red.producers,
+                                new_id, red.buffer)
             plan.prologue.append(FoldAction(mem, p.rect, p.redop, staged=cid))
     return Piece(p.rect, {mem: op}, owner=mem)
 

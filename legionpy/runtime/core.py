@@ -340,12 +340,12 @@ class Runtime:
                     if mode == "reduce":
                         buf = (op_id, k, f)
                         self._reduced.add(key)
-                        if mine:
-                            inst.new_reduction(buf, rect, redop, root.fields[f], mem)
                     elif mine:
                         inst.instance(mem, root, f)
                     plan, states[key] = st.access(
                         Request(rect, mode, mem, op_id, redop, buf), new_id)
+                    if mode == "reduce":  # mem's open buffer for (root, f), maybe older
+                        buf = (plan.buffer, redop)
                     if plan.copies:
                         for c in plan.copies:
                             self._submit_copy(c, root, f)
@@ -640,10 +640,10 @@ def _build_view(inst: Instances, region: Any, fieldspecs: list) -> RegionView:
     root, rect = region.root, region.rect
     sl = rect.to_slices()
     arrays = {}
-    redbufs, instance = inst.redbufs, inst.instance
+    instance = inst.instance
     for f, mem, mode, buf in fieldspecs:
-        if buf is not None:
-            arrays[f] = redbufs[buf]
+        if buf is not None:  # (buffer key, redop): accumulate into mem's buffer
+            arrays[f] = inst.reduction_view(buf[0], rect, buf[1], root.fields[f], mem)
             continue
         a = instance(mem, root, f)[sl]
         if mode == "read" and type(a) is np.ndarray:

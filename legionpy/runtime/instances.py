@@ -6,8 +6,12 @@ untouched by any task cost nothing on Linux), so a task's subregion is a
 numpy view ``instance[rect]`` and instances never move or grow. A device
 that only ever touches one tile of a big region therefore reserves the whole
 region's address space but only commits the pages of the tiles it touches.
-Reduction instances are separate, sized to the reducing task's rect and
-identity-initialised; a reduction copied to another memory lands in a
+Reduction instances are separate and identity-initialised: one per (memory,
+root, field) and epoch (coherence.py), shared by every same-op reducer on
+that memory, allocated by the first reducer that runs and grown to the
+bounding box of the reducers' rects when a later one reaches beyond it
+(:meth:`Instances.reduction_view`, on the device's worker: the tasks of one
+device run one at a time). A reduction copied to another memory lands in a
 staging buffer there and is folded by the reader's prologue. Buffers no
 coherence piece refers to are dropped at the next fence.
 
@@ -92,7 +96,7 @@ class Instances:
 
     def __init__(self) -> None:
         self.arrays: dict[tuple[int, int, str], np.ndarray] = {}
-        self.redbufs: dict[Any, np.ndarray] = {}
+        self.redbufs: dict[Any, tuple[Any, Rect]] = {}  # key -> (array, its rect)
         self.staging: dict[tuple[int, Rect], np.ndarray] = {}  # (copy id, rect)
         self._lock = threading.Lock()
         self.gpu_of: dict[int, int] = {}
@@ -121,16 +125,46 @@ class Instances:
                     self.arrays[key] = arr
         return arr
 
-    def new_reduction(self, key: Any, rect: Rect, redop: str, dtype: np.dtype,
-                      memory: int = -1) -> Any:
+    def _new_buffer(self, rect: Rect, redop: str, dtype: np.dtype, memory: int) -> Any:
         if memory in self.gpu_of:
             buf = self.zeros(memory, rect.shape, dtype)
             buf[...] = identity(redop, dtype)
         else:
             buf = np.empty(rect.shape, dtype=dtype)
             buf.fill(identity(redop, dtype))
-        self.redbufs[key] = buf
         return buf
+
+    def reduction_view(self, key: Any, rect: Rect, redop: str, dtype: np.dtype,
+                       memory: int = -1) -> Any:
+        """The part ``rect`` of reduction buffer ``key`` in ``memory``: made
+        (identity) on first use, grown to the bounding box when ``rect``
+        reaches beyond it (contents kept). Run by the reducing task's worker."""
+        got = self.redbufs.get(key)
+        if got is None:
+            buf, brect = self._new_buffer(rect, redop, dtype, memory), rect
+            self.redbufs[key] = (buf, brect)
+        else:
+            buf, brect = got
+            if not brect.contains(rect):
+                bb = brect.bounding(rect)
+                grown = self._new_buffer(bb, redop, dtype, memory)
+                grown[brect.to_slices(bb.lo)] = buf
+                buf, brect = grown, bb
+                self.redbufs[key] = (buf, brect)
+        if brect == rect:
+            return buf
+        return buf[rect.to_slices(brect.lo)]
+
+    def new_reduction(self, key: Any, rect: Rect, redop: str, dtype: np.dtype,
+                      memory: int = -1) -> Any:
+        """A fresh buffer ``key`` over ``rect`` (replacing any old one)."""
+        self.redbufs.pop(key, None)
+        return self.reduction_view(key, rect, redop, dtype, memory)
+
+    def reduction_part(self, key: Any, rect: Rect) -> Any:
+        """``rect`` (root coordinates) of the reduction buffer ``key``."""
+        buf, brect = self.redbufs[key]
+        return buf[rect.to_slices(brect.lo)]
 
     def drop_root(self, uid: int) -> None:
         for k in [k for k in self.arrays if k[1] == uid]:
@@ -148,10 +182,9 @@ class Instances:
                 else:
                     dst[sl] = src[sl]
         else:
-            buf = self.redbufs[c.buffer]
+            buf, brect = self.redbufs[c.buffer]
             for r in c.rects:
-                self.staging[(c.id, r)] = self.to_memory(buf[r.to_slices(c.buffer_rect.lo)],
-                                                         c.dst)
+                self.staging[(c.id, r)] = self.to_memory(buf[r.to_slices(brect.lo)], c.dst)
 
     def run_prologue(self, actions: list, root: Any, field: str) -> None:
         for a in actions:
@@ -162,7 +195,7 @@ class Instances:
                 if a.staged is not None:
                     src = self.staging.pop((a.staged, a.rect))
                 else:
-                    src = self.redbufs[a.buffer][a.rect.to_slices(a.buffer_rect.lo)]
+                    src = self.reduction_part(a.buffer, a.rect)
                 FOLD[a.redop](dst, src, out=dst)
 
     def keep_only(self, live: set) -> None:

@@ -155,7 +155,8 @@ class Replicator:
         flattened parts, concatenated in ``c.rects`` order)."""
         inst = self.rt.instances
         if c.buffer is not None:
-            buf, origin = inst.redbufs[c.buffer], c.buffer_rect.lo
+            buf, brect = inst.redbufs[c.buffer]
+            origin = brect.lo
         else:
             buf, origin = inst.instance(c.src, root, field), None
         if not c.more:

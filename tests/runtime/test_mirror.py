@@ -175,14 +175,20 @@ def test_compare_reports_readable_differences():
     assert any(lost in d and "trace only" in d for d in diff)
 
 
-def test_sharded_update_traffic_is_ring_like():
-    """Data parallelism on n devices: each weight is split into update shards
-    homed on its users; the gradients are reduce-scattered to the homes and
-    the updated shards all-gathered by the next forward: (n - 1) x the
-    parameters each way in all, 2 (n - 1) / n of them per device, as a ring
-    all-reduce moves (the old single home received (n - 1) x everything)."""
+def test_sharded_update_traffic_is_ring_like(monkeypatch):
+    """Data parallelism on n devices: each weight big enough is split into
+    update shards homed on its users; the gradients are reduce-scattered to
+    the homes and the updated shards all-gathered by the next forward:
+    (n - 1) x the parameters each way in all, 2 (n - 1) / n of them per
+    device, as a ring all-reduce moves (the old single home received (n - 1)
+    x everything). The MLP's weights are tiny, so the shard minimum is
+    lowered to one byte to make them "big"."""
+    import legionpy.mapper.strategy as strategy_mod
+
+    monkeypatch.setattr(strategy_mod, "SHARD_MIN_BYTES", 1)
     n = 4
     a, b = mirror(mlp, n, "data")
+    assert not compare(a, b)
     params = sum(p.size * 4 for p in mlp().graph.parameters().values())
     grads = [v for v in b.copies.values() if v[0].startswith("U:")]
     weights = [v for v in b.copies.values() if v[0].startswith("F:fc")]  # all weights
@@ -191,6 +197,40 @@ def test_sharded_update_traffic_is_ring_like():
     for d in range(n):  # nobody receives much more than its share
         got = sum(v[3] for v in grads if v[2] == d)
         assert got <= 1.2 * (n - 1) / n * params, (d, got, params)
+
+
+def test_small_parameters_keep_one_update_homed_round_robin():
+    """Below SHARD_MIN_BYTES a weight tile is not sharded: one update task on
+    one home, the homes of successive parameters rotating over the users;
+    the same (n - 1) x the parameters travel each way."""
+    from legionpy.mapper.strategy import SHARD_MIN_BYTES
+
+    n = 4
+    a, b = mirror(mlp, n, "data")
+    ps = mlp().graph.parameters()
+    assert all(p.size * 4 < SHARD_MIN_BYTES for p in ps.values())
+    updates = [t for t in b.tasks if t.startswith("U:")]
+    assert len(updates) == len(ps)  # one update per parameter
+    homes = {b.tasks[t] for t in updates}
+    assert len(homes) > 1, homes  # not all on device 0
+    params = sum(p.size * 4 for p in ps.values())
+    grads = [v for v in b.copies.values() if v[0].startswith("U:")]
+    weights = [v for v in b.copies.values() if v[0].startswith("F:fc")]
+    assert sum(v[3] for v in grads) == (n - 1) * params
+    assert sum(v[3] for v in weights) == (n - 1) * params
+
+
+def test_shared_weights_send_one_gradient_per_device():
+    """An RNN's cells share their layer's weights over the time steps: each
+    device accumulates every step's weight gradient into ONE reduction
+    buffer, so its home receives one copy per (parameter shard, other
+    device), not one per step."""
+    n = 2
+    a, b = mirror(rnn, n, "data")
+    assert not compare(a, b)
+    grads = [v for v in b.copies.values() if v[0].startswith("U:")]
+    ups = [t for t in b.tasks if t.startswith("U:")]
+    assert len(grads) == len(ups) * (n - 1), (grads, ups)
 
 
 class StandinCost:

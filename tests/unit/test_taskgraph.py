@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import legionpy.mapper.strategy as strategy_mod
 from legionpy.optimizer import Graph, Machine, ParallelConfig, Simulator, Strategy
 from legionpy.optimizer.taskgraph import pack_key
 
@@ -23,7 +24,8 @@ def _build(g, m, cfgs):
     return sim, sim.tg.to_json()
 
 
-def test_data_parallel_shards_updates():
+def test_data_parallel_shards_updates(monkeypatch):
+    monkeypatch.setattr(strategy_mod, "SHARD_MIN_BYTES", 1)  # tiny weights, sharded
     g, m = _tiny(), Machine.parse("p100:1x2")
     _, tj = _build(g, m, {"x": ((2, 1), (0, 1)), "fc1": ((2, 1), (0, 1)),
                           "loss": ((2, 1), (0, 1))})
@@ -58,7 +60,8 @@ def test_copy_bytes_are_intersection_volumes():
         else True
 
 
-def test_dependences_of_forward_backward_update():
+def test_dependences_of_forward_backward_update(monkeypatch):
+    monkeypatch.setattr(strategy_mod, "SHARD_MIN_BYTES", 1)  # tiny weights, sharded
     g, m = _tiny(), Machine.parse("p100:1x2")
     sim, tj = _build(g, m, {"x": ((2, 1), (0, 1)), "fc1": ((2, 1), (0, 1)),
                             "loss": ((2, 1), (0, 1))})
@@ -85,7 +88,8 @@ def test_multi_hop_copy_occupies_each_link():
     assert len(hops) == 4 and len({t["bytes"] for t in hops}) == 1
 
 
-def test_shared_parameters_are_sharded_over_their_users():
+def test_shared_parameters_are_sharded_over_their_users(monkeypatch):
+    monkeypatch.setattr(strategy_mod, "SHARD_MIN_BYTES", 1)  # tiny weights, sharded
     g = Graph(4, name="rnn")
     tok = g.input((3,), dtype="int32", name="tok")
     s = None
@@ -106,10 +110,11 @@ def test_shared_parameters_are_sharded_over_their_users():
     wcopies = [n for n in names if n.startswith(("X:F:cell0[0].2.", "X:F:cell1[0].3.",
                                                  "X:F:cell2[0].3."))]  # the w_ih argument
     assert sorted(n.split("@")[1] for n in wcopies) == ["0->2", "2->0"]
-    # per-task reduction buffers: cell0 and cell2 (device 2) send their
-    # gradients of shard 1 to device 0, cell1 (device 0) of shard 0 to device 2
+    # one reduction buffer per device: cell0 and cell2 (device 2) accumulate
+    # into one buffer, sent once (shard 1) to device 0; cell1 (device 0) sends
+    # its gradient of shard 0 to device 2
     gcopies = [n for n in names if n.startswith("X:U:cell0.w_ih")]
-    assert len(gcopies) == 3
+    assert len(gcopies) == 2
 
 
 def test_keys_are_stable_ids():
@@ -121,3 +126,63 @@ def test_keys_are_stable_ids():
                       "loss": ((2, 1), (0, 1))})[1]
     assert a == b
     assert [t["id"] for t in a["tasks"]] == list(range(len(a["tasks"])))
+
+
+def _random_strategy(graph, n, rng, shared_weights=True):
+    """Random degrees on parallel dims and random (repeating) devices."""
+    import math
+
+    out, by_param = {}, {}
+    for op in graph.ops:
+        key = tuple(sorted(p.name for p in op.params.values()))
+        if shared_weights and key and key in by_param and rng.random() < 0.5:
+            out[op.name] = by_param[key]
+            continue
+        deg = [1] * len(op.output_shape)
+        for d in op.parallel_dims:
+            opts = [k for k in (1, 2, 3, 4)
+                    if op.output_shape[d] % k == 0 and math.prod(deg) * k <= max(n, 2)]
+            deg[d] = rng.choice(opts)
+        if op.kind == "conv2d" and op.attrs["groups"] % deg[1]:
+            deg[1] = 1
+        k = math.prod(deg)
+        out[op.name] = ParallelConfig(tuple(deg), tuple(rng.randrange(n) for _ in range(k)))
+        if key:
+            by_param[key] = out[op.name]
+    return Strategy(out)
+
+
+def _blocks(sim, strategy, fast):
+    tg = sim.tg
+    tg.fast_reads = fast
+    tg._blocks.clear()
+    ops = sim.graph.ops
+    bids = [("tensor", o) for o in range(len(ops))] + [("param", w)
+                                                        for w in range(len(tg.params))]
+    out = {}
+    for b in bids:
+        blk = tg._make_block(b, strategy)
+        e = sorted(zip(blk.esrc.tolist(), blk.edst.tolist()))
+        out[b] = ([getattr(blk, f).tolist() for f in ("key", "dur", "res", "kind", "nbytes",
+                                                       "mdev", "mbytes", "ends")], e)
+    return out
+
+
+def test_fast_read_replay_agrees_with_fieldstate():
+    """Property: the forward-read fast path of the task graph makes exactly the
+    tasks and edges of the general FieldState replay, on random configs."""
+    import random
+
+    from legionpy import models
+
+    rng = random.Random(11)
+    cases = [(models.lenet(batch_size=8).graph, "p100:1x4"),
+             (models.rnntc(batch_size=8, steps=3, hidden=8, layers=2, vocab=16).graph,
+              "p100:2x2"),
+             (models.inception_v3(batch_size=8).graph, "p100:2x2")]
+    for g, spec in cases:
+        m = Machine.parse(spec)
+        sim = Simulator(g, m)
+        for _ in range(3 if len(g.ops) < 100 else 1):
+            s = _random_strategy(g, m.num_devices, rng)
+            assert _blocks(sim, s, True) == _blocks(sim, s, False)
