@@ -79,13 +79,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strategies", default=",".join(STRATEGIES))
     p.add_argument("--steps", type=int, default=7)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--cost", default="measured", help="measured (default), analytic or FILE")
+    p.add_argument("--cost", default="contended",
+                   help="contended (default: tile kernels timed with the other devices "
+                   "busy), measured (isolated, scaled by the calibrated concurrency "
+                   "factors), analytic or FILE")
     p.add_argument("--no-overhead", action="store_true", help="kernel-only simulator")
     p.add_argument("--size", action="append", default=[], metavar="KEY=VALUE",
                    help="zoo size override for every model, e.g. --size batch_size=64")
     p.add_argument("--regime", choices=("overhead", "kernel", "both"), default="both",
                    help="overhead: scale=small (per-task Python work dominates); kernel: "
                    "the KERNEL sizes (kernels dominate); both (default)")
+    p.add_argument("--overhead-source", choices=("layer", "empty"), default="layer",
+                   help="layer (default): the runtime's costs calibrated through the layer "
+                   "API on synthetic models, with the CPU-contention model; empty: the "
+                   "empty-task microbenchmark")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="re-measure the machine model (and, with --cost contended, the "
+                   "kernels) instead of using the cached figures")
     p.add_argument("--json", metavar="FILE", help="write every result as JSON")
     args = p.parse_args(argv)
     os.environ.setdefault("LEGIONPY_SEARCH_BUDGET", "2")
@@ -97,12 +107,42 @@ def main(argv: list[str] | None = None) -> int:
     rt = start_runtime()
     root = rt.rank == 0
     machine = Machine.local()
-    overhead = False if args.no_overhead else runtime_overhead(machine)
+    if root:
+        load = os.getloadavg() if hasattr(os, "getloadavg") else (0, 0, 0)
+        print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  load average "
+              f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}  cores {os.cpu_count()}", flush=True)
+    t0 = time.perf_counter()
+    if args.recalibrate and args.cost == "contended" and root:
+        from legionpy.optimizer.costmodel import default_cache_path
+
+        stale = os.path.join(os.path.dirname(default_cache_path()),
+                             f"costs-contended-{len(machine.devices)}.json")
+        if os.path.exists(stale):
+            os.remove(stale)  # re-profile the kernels under contention too
+    overhead = False if args.no_overhead else runtime_overhead(
+        machine, refresh=args.recalibrate, source=args.overhead_source, verbose=root)
     sizes = parse_sizes(args.size)
     if root:
         print(f"machine {machine.name}: {len(machine.devices)} devices, ranks "
-              f"{1 + max(d.rank for d in rt.devices)}; cost {args.cost}; overhead "
-              f"{'off' if overhead is False else overhead.to_dict()}")
+              f"{1 + max(d.rank for d in rt.devices)}; cost {args.cost}; machine model "
+              f"{time.perf_counter() - t0:.1f} s")
+        if overhead is False:
+            print("overhead: off (kernel-only simulator)")
+        else:
+            d = overhead.to_dict()
+            cal = d.pop("calibration", None) or {}
+            print("overhead: " + ", ".join(
+                f"{k} {v * 1e6:.1f} us" if isinstance(v, float) and k.endswith("_s")
+                else f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                for k, v in d.items()))
+            if cal:
+                print(f"calibration: {len(cal.get('rows', []))} synthetic runs, control fit "
+                      f"worst residual {cal.get('control_worst_residual', 0) * 100:.0f}%, "
+                      f"worker fit {cal.get('worker_worst_residual', 0) * 100:.0f}%; GEMM "
+                      f"alone {cal.get('gemm_alone_s', 0) * 1e3:.2f} ms, on every device "
+                      f"at once {cal.get('gemm_together_s', 0) * 1e3:.2f} ms; stream alone "
+                      f"{cal.get('stream_alone_s', 0) * 1e3:.2f} ms, at once "
+                      f"{cal.get('stream_together_s', 0) * 1e3:.2f} ms")
     regimes = ("overhead", "kernel") if args.regime == "both" else (args.regime,)
     out = {}
     for regime in regimes:
@@ -120,7 +160,8 @@ def run_regime(regime, args, machine, overhead, sizes, root):
     if root:
         print(f"\n== {regime}-dominated regime ==")
         print(f"{'model':<10} {'strategy':<12} {'sim ms':>9} {'real ms':>9} {'error':>7}"
-              f" {'kern ms':>9} {'k.err':>7}")
+              f" {'kern ms':>9} {'k.err':>7} | sim: {'ctl':>6} {'sched':>6} {'cpu':>6} "
+              f"{'gil':>6} | real: {'ctl':>6} {'busy':>6}")
     results = []
     t0 = time.perf_counter()
     for name in args.models.split(","):
@@ -136,8 +177,15 @@ def run_regime(regime, args, machine, overhead, sizes, root):
             r.strategy = sname
             results.append(r)
             if root:
+                sm = r.simulation
+                busy = max(r.measured_per_device_busy_s.values(), default=0.0)
                 print(f"{r.table_row()} {r.kernel_time_s * 1e3:>9.2f} "
-                      f"{r.kernel_relative_error * 100:>6.1f}%", flush=True)
+                      f"{r.kernel_relative_error * 100:>6.1f}% |      "
+                      + " ".join(f"{sm.get(k, 0.0) * 1e3:>6.1f}" for k in
+                                 ("control_busy_s", "schedule_s", "cpu_bound_s",
+                                  "gil_bound_s"))
+                      + f" |       {sm.get('measured_control_cpu_s', 0.0) * 1e3:>6.1f} "
+                      f"{busy * 1e3:>6.1f}", flush=True)
     if not root:
         return None
     errs = [r.relative_error for r in results]
@@ -165,9 +213,11 @@ def run_regime(regime, args, machine, overhead, sizes, root):
           f"{summary['kernel_mean_error'] * 100:.1f}%, worst "
           f"{summary['kernel_worst_error'] * 100:.1f}%, Kendall tau "
           f"{summary['kernel_kendall_tau']:.3f}")
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0, 0, 0)
+    summary["load_average"] = list(load)
     ok = summary["worst_error"] < 0.30 and summary["kendall_tau"] == 1.0
     print(f"[{regime}] targets (worst < 30%, order preserved): {'met' if ok else 'NOT met'}; "
-          f"{summary['seconds']:.1f} s", flush=True)
+          f"{summary['seconds']:.1f} s; load average now {load[0]:.2f}", flush=True)
     return {"summary": summary, "results": [r.to_dict() for r in results]}
 
 if __name__ == "__main__":

@@ -37,8 +37,25 @@ the program's launch order (all F in graph order, all B in reverse, then
 the updates; a copy is issued just before its first consumer). The same
 event rule as the simulator (FIFO per resource in order of readiness, ties
 by id) is used, so with zero overhead it reproduces the simulator's
-iteration time exactly. The figures are cached per machine in
-``$LEGIONPY_CACHE/overhead-MACHINE.json``.
+iteration time exactly.
+
+The empty-task figures under-predict the control thread ~3x for real
+models (the layer API does more per task), so by default
+(:func:`runtime_overhead` ``source="layer"``) the terms are calibrated
+THROUGH THE LAYER API on synthetic models only
+(:mod:`legionpy.optimizer.calibration`: least squares of the control
+thread's CPU time per step and the workers' time on the task graphs' counts
+of tasks, requirements and copies, plus a per-step term ``step_s``), and the
+local machine model adds CPU contention: the control threads and the device
+workers share ``cores`` (``os.sched_getaffinity``), so the iteration is at
+least ``(device + link busy + control_threads * control) / cores``; one
+interpreter lock per process, so at least ``control + the workers' Python
+work / control_threads``; and the kernels, profiled in isolation, are
+stretched by the measured slowdown of a GEMM / a memory-bound stream run on
+every device at once (interpolated by arithmetic intensity), unless the
+cost model is ``"contended"`` (kernels profiled with the other devices
+busy). The figures are cached per machine in
+``$LEGIONPY_CACHE/overhead-v3-MACHINE.json``.
 
 :func:`kendall_tau` is Kendall's tau-b (ties handled), for the rank order
 of strategies in ``bench/fidelity.py``.
@@ -56,7 +73,7 @@ import re
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -117,7 +134,22 @@ class RuntimeOverhead:
     copy_s: float = 0.0
     req_launch_s: float = 0.0
     req_task_s: float = 0.0
+    #: control-thread seconds per step besides its tasks (fit's loop, loss readback)
+    step_s: float = 0.0
+    #: kernels' slowdown when every device runs at once (measured, >= 1): a
+    #: compute-bound GEMM's, a memory-bound stream's, and their intensities
+    kernel_scale: float = 1.0
+    kernel_scale_mem: float = 1.0
+    intensity_compute: float = 0.0
+    intensity_mem: float = 0.0
+    #: CPU cores shared by the control threads and the devices (0: no CPU bound)
+    cores: int = 0
+    #: control threads on this host (ranks of the job)
+    control_threads: int = 1
+    #: "layer-api" (calibrated on synthetic models) or "empty-tasks"
+    source: str = "empty-tasks"
     machine: str = ""
+    calibration: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -125,7 +157,8 @@ class RuntimeOverhead:
     @property
     def is_zero(self) -> bool:
         return not (self.launch_s or self.copy_launch_s or self.task_s or self.copy_s
-                    or self.req_launch_s or self.req_task_s)
+                    or self.req_launch_s or self.req_task_s or self.step_s or self.cores
+                    or self.kernel_scale != 1.0)
 
     def control_s(self, reqs: int) -> float:
         return self.launch_s + reqs * self.req_launch_s
@@ -133,12 +166,23 @@ class RuntimeOverhead:
     def worker_s(self, reqs: int) -> float:
         return self.task_s + reqs * self.req_task_s
 
+    def scale_for(self, intensity: float | None) -> float:
+        """Concurrency slowdown of a kernel of ``intensity`` flop/byte: the
+        memory-bound factor at or below the stream's intensity, the GEMM's
+        at or above the GEMM's, log-linear in between (unknown: the GEMM's)."""
+        lo, hi = self.intensity_mem, self.intensity_compute
+        if intensity is None or not (0 < lo < hi):
+            return self.kernel_scale
+        f = (np.log(max(intensity, 1e-12)) - np.log(lo)) / (np.log(hi) - np.log(lo))
+        f = min(1.0, max(0.0, float(f)))
+        return self.kernel_scale_mem + f * (self.kernel_scale - self.kernel_scale_mem)
+
 
 def _overhead_path(machine_name: str) -> str:
     from .costmodel import default_cache_path
 
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", machine_name)
-    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v2-{safe}.json")
+    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v3-{safe}.json")
 
 
 def _bcast(value: Any) -> Any:
@@ -248,12 +292,41 @@ def measure_runtime_overhead(launches: int = 120, tile_rows: int = 16) -> Runtim
     return RuntimeOverhead(machine="", **figures)
 
 
-def runtime_overhead(machine: Any, refresh: bool = False) -> RuntimeOverhead:
-    """:func:`measure_runtime_overhead` cached per machine name in
-    ``$LEGIONPY_CACHE/overhead-NAME.json`` (collective under MPI)."""
+def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
+    """The local machine model calibrated through the layer API on synthetic
+    models (:mod:`legionpy.optimizer.calibration`): control-thread and worker
+    terms by least squares, the kernels' concurrency slowdown, the cores and
+    the control threads. Collective under MPI."""
+    from ..runtime import get_runtime
+    from .calibration import calibrate_layer_overhead, local_cores, measure_kernel_concurrency
+
+    rt = get_runtime()
+    figures = calibrate_layer_overhead(machine, verbose=verbose)
+    conc = measure_kernel_concurrency()
+    calib = dict(figures.pop("calibration"), **conc)
+    ranks = 1 + max((d.rank for d in rt.devices), default=0)
+    ranks = max(ranks, int(getattr(rt, "size", 1) or 1))
+    cores = _bcast(local_cores())
+    return RuntimeOverhead(kernel_scale=conc["kernel_scale"],
+                           kernel_scale_mem=conc["kernel_scale_mem"],
+                           intensity_compute=conc["intensity_compute"],
+                           intensity_mem=conc["intensity_mem"], cores=cores,
+                           control_threads=ranks, source="layer-api", machine=machine.name,
+                           calibration=calib, **figures)
+
+
+def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
+                     verbose: bool = False) -> RuntimeOverhead:
+    """The runtime's overhead on this machine, cached per machine name in
+    ``$LEGIONPY_CACHE/overhead-v3-NAME.json`` (``overhead-v3-empty-NAME.json``
+    for ``source="empty"``); collective under MPI. ``source``: ``"layer"``
+    (default, :func:`calibrated_overhead`) or ``"empty"``
+    (:func:`measure_runtime_overhead`, empty tasks, no CPU model)."""
     from .strategy import atomic_write_json
 
-    path = _overhead_path(machine.name)
+    if source not in ("layer", "empty"):
+        raise ValueError(f"runtime_overhead: source {source!r} is not 'layer' or 'empty'")
+    path = _overhead_path(machine.name if source == "layer" else f"empty-{machine.name}")
     have = None
     if not refresh and os.path.exists(path):
         try:
@@ -265,8 +338,11 @@ def runtime_overhead(machine: Any, refresh: bool = False) -> RuntimeOverhead:
     if have is not None:
         return RuntimeOverhead(**{k: have[k] for k in RuntimeOverhead.__dataclass_fields__
                                   if k in have})
-    ovh = measure_runtime_overhead()
-    ovh.machine = machine.name
+    if source == "layer":
+        ovh = calibrated_overhead(machine, verbose=verbose)
+    else:
+        ovh = measure_runtime_overhead()
+        ovh.machine = machine.name
     from ..runtime import get_runtime
 
     if get_runtime().rank == 0:
@@ -344,6 +420,40 @@ def _requirements(tasks: list[dict], graph: Any, update_fields: int) -> list[int
     return out
 
 
+def _kernel_scales(tasks: list[dict], graph: Any, overhead: RuntimeOverhead) -> list[float]:
+    """Each task's kernel concurrency slowdown (:meth:`RuntimeOverhead.scale_for`)
+    from its op's arithmetic intensity (whole output; ``F`` forward, ``B``
+    backward); updates are memory-bound; copies are not scaled."""
+    if overhead.kernel_scale == 1.0 and overhead.kernel_scale_mem == 1.0:
+        return [1.0] * len(tasks)
+    ops = {op.name: op for op in graph.ops} if graph is not None else {}
+    memo: dict[tuple, float] = {}
+    out = []
+    for t in tasks:
+        m = _NAME.match(t["name"]) if t["kind"] != "copy" else None
+        if t["kind"] == "copy":
+            out.append(1.0)
+            continue
+        if m is not None and m.group("phase") == "U":
+            out.append(overhead.scale_for(overhead.intensity_mem))
+            continue
+        op = ops.get(m.group("what").split(".")[0]) if m is not None else None
+        if op is None:
+            out.append(overhead.scale_for(None))
+            continue
+        k = (op.name, m.group("phase"))
+        if k not in memo:
+            try:
+                rect = op.output_rect
+                fl, by = op.flops(rect), op.bytes(rect)
+                j = 0 if m.group("phase") == "F" else 1
+                memo[k] = overhead.scale_for(fl[j] / by[j] if by[j] > 0 else None)
+            except Exception:  # an op without a cost formula: the GEMM's factor
+                memo[k] = overhead.scale_for(None)
+        out.append(memo[k])
+    return out
+
+
 def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any = None,
                           pipelined: bool = False, update_fields: int = 2) -> dict[str, Any]:
     """Re-schedule a simulator task graph (``TaskGraph.to_json()``: tasks with
@@ -375,13 +485,15 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     reqs = _requirements(tasks, graph, update_fields)
     # the control thread issues every task in launch order
     issued = [0.0] * n
-    clock = 0.0
+    clock = overhead.step_s
     for tid in sorted(range(n), key=lambda i: keys[i]):
         is_copy = tasks[tid]["kind"] == "copy"
         clock += overhead.copy_launch_s if is_copy else overhead.control_s(reqs[tid])
         issued[tid] = clock
-    dur = [t["duration_s"] + (overhead.copy_s if t["kind"] == "copy"
-                              else overhead.worker_s(reqs[i])) for i, t in enumerate(tasks)]
+    scale = _kernel_scales(tasks, graph, overhead)
+    dur = [t["duration_s"] + overhead.copy_s if t["kind"] == "copy"
+           else t["duration_s"] * scale[i] + overhead.worker_s(reqs[i])
+           for i, t in enumerate(tasks)]
     waiting = [len(p) for p in preds]
     ready = [0.0] * n if pipelined else list(issued)
     heap = [(ready[i], i) for i in range(n) if waiting[i] == 0]
@@ -407,23 +519,44 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
         raise ValueError(f"task graph has a cycle: {n - done} of {n} tasks never ran")
     devices = {t["device"] for t in tasks if t["kind"] != "copy"}
     sched = max(end, default=0.0)
-    return {"iteration_time_s": max(sched, clock) if pipelined else sched,
+    # the cores are shared by the devices' workers, the links and the control threads
+    cpu = ((sum(busy.values()) + overhead.control_threads * clock) / overhead.cores
+           if overhead.cores > 0 else 0.0)
+    # one interpreter lock per process: its control thread and its workers' Python
+    # work around the kernels (the devices' share of this process) run one at a time
+    py = sum(dur[i] - tasks[i]["duration_s"] * scale[i]
+             for i in range(n) if tasks[i]["kind"] != "copy")
+    gil = clock + py / max(1, overhead.control_threads) if overhead.cores > 0 else 0.0
+    it = max(sched, clock) if pipelined else sched
+    return {"iteration_time_s": max(it, cpu, gil), "gil_bound_s": gil,
             "per_device_busy_s": {d: busy.get(d, 0.0) for d in sorted(devices)},
-            "control_busy_s": clock, "schedule_s": sched}
+            "control_busy_s": clock, "schedule_s": sched, "cpu_bound_s": cpu}
 
 
 def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any = "measured",
                       overhead: RuntimeOverhead | None = None, pipelined: bool = True
                       ) -> dict[str, Any]:
-    """Simulate one iteration; ``cost_model``: a CostModel or a ``--cost``
-    spec. Returns the simulator's ``SimResult.to_dict()`` plus
+    """Simulate one iteration; ``cost_model``: a CostModel, a ``--cost``
+    spec, or ``"contended"`` (tile kernels timed with every other device of
+    the machine running the same kernel, :class:`~legionpy.optimizer.calibration.
+    ContendedCostModel`; the overhead's concurrency factors are then not applied).
+    Returns the simulator's ``SimResult.to_dict()`` plus
     ``kernel_time_s`` (the plain simulator's iteration time); with
     ``overhead``, ``iteration_time_s`` and ``per_device_busy_s`` are those
     of :func:`simulate_with_runtime` and ``overhead`` is recorded."""
     from .costmodel import CostModel, cost_model_from_spec
     from .simulator import Simulator
 
-    cm = cost_model if isinstance(cost_model, CostModel) else cost_model_from_spec(cost_model)
+    if cost_model == "contended":
+        # kernels timed with the other devices busy: no further concurrency scaling
+        from .calibration import ContendedCostModel
+
+        cm = ContendedCostModel.local(max(1, len(machine.devices)))
+        if overhead is not None:
+            overhead = replace(overhead, kernel_scale=1.0, kernel_scale_mem=1.0)
+    else:
+        cm = cost_model if isinstance(cost_model, CostModel) \
+            else cost_model_from_spec(cost_model)
     sim = Simulator(graph, machine, cm)
     res = sim.run(strategy)
     out = res.to_dict()
@@ -437,6 +570,8 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
                                     for d in res.per_device_busy_s}
         out["control_busy_s"] = r["control_busy_s"]
         out["schedule_s"] = r["schedule_s"]
+        out["cpu_bound_s"] = r["cpu_bound_s"]
+        out["gil_bound_s"] = r["gil_bound_s"]
     out["overhead"] = overhead.to_dict() if overhead is not None else None
     return out
 
@@ -453,7 +588,10 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     time from the end of the last warm-up step to the end of the last step,
     divided by ``steps`` (max over ranks). Returns ``{"measured_time_s",
     "measured_step_times_s" (the stamps' differences), "measured_per_device_busy_s"
-    (trace busy time inside that window, per step), "final_loss"}``.
+    (trace busy time inside that window, per step), "measured_control_cpu_s" (CPU
+    seconds of the calling -- control -- thread per step: median step, max over
+    ranks),
+    "final_loss"}``.
     Collective under MPI."""
     from .. import data as D
     from .. import nn
@@ -470,9 +608,11 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     except (ValueError, TypeError):  # not a zoo-shaped model: random data of its shapes
         xs, y = _random_data(model.graph, total * b, seed)
     stamps: list[float] = []
+    cpu: list[float] = []  # the control (calling) thread's CPU time at each step
 
     def on_step(i: int, logs: dict) -> None:
         stamps.append(time.perf_counter())
+        cpu.append(time.thread_time())
 
     lr.fence()
     rt.trace.start()
@@ -498,7 +638,9 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
             key = names.get(d, str(d))
             merged[key] = merged.get(key, 0.0) + v / steps
     all_times = _gather(times)
+    control_cpu = statistics.median(cpu[i] - cpu[i - 1] for i in range(warmup, total))
     return {"measured_time_s": max(_gather(period)),
+            "measured_control_cpu_s": max(_gather(control_cpu)),
             "measured_step_times_s": [max(ts) for ts in zip(*all_times)],
             "measured_per_device_busy_s": merged, "final_loss": float(h["step_loss"][-1])}
 
@@ -602,4 +744,5 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
         kernel_time_s=sim["kernel_time_s"],
         kernel_relative_error=relative_error(sim["kernel_time_s"], t_real),
         bytes_moved=sim["bytes_moved"], num_tasks=sim["num_tasks"], overhead=sim["overhead"],
-        simulation={k: v for k, v in sim.items() if k not in ("per_device_busy_s",)})
+        simulation={**{k: v for k, v in sim.items() if k not in ("per_device_busy_s",)},
+                    "measured_control_cpu_s": real["measured_control_cpu_s"]})

@@ -151,3 +151,96 @@ def test_simulate_compare_json(cache, capsys):
 def test_compare_needs_the_local_machine(capsys):
     assert main(["simulate", "lenet", "--machine", "p100:1x2", "--compare"]) == 2
     assert "only the local machine can be run" in capsys.readouterr().err
+
+
+# -- the local machine model calibrated through the layer API ---------------------------------
+
+def test_nnls_recovers_nonnegative_coefficients():
+    import numpy as np
+
+    from legionpy.optimizer.calibration import nnls
+
+    a = np.array([[1, 2, 0], [1, 4, 1], [1, 6, 0], [1, 9, 2]], float)
+    x = nnls(a, a @ np.array([0.5, 0.25, 0.0]))
+    assert x == pytest.approx([0.5, 0.25, 0.0], abs=1e-9)
+    # a negative least-squares coefficient is dropped and the rest refitted
+    y = np.array([1.0, 2.0, 3.0, 4.5]) - 0.3 * a[:, 2]
+    assert (nnls(a, y) >= 0).all()
+
+
+def test_task_counts_of_a_task_graph():
+    from legionpy.optimizer.calibration import calibration_models, task_counts
+
+    models = calibration_models()
+    assert len(models) >= 6 and len({m.graph.name for m in models}) == len(models)
+    g = tiny_model().graph
+    m = Machine.local(2)
+    sim = Simulator(g, m)
+    sim.run(Strategy.resolve("data", g, m))
+    tg = sim.tg.to_json()
+    c = task_counts(tg, g)
+    assert c["tasks"] + c["copies"] == len(tg["tasks"]) and c["reqs"] >= c["tasks"] > 0
+
+
+def test_cpu_and_interpreter_bounds_by_hand():
+    # two devices busy 1 s each, in parallel; control 0.1 s per task (3 tasks)
+    tg = {"tasks": [{"id": 0, "name": "F:x[0]", "kind": "compute", "device": "cpu0",
+                     "duration_s": 1.0, "bytes": 0},
+                    {"id": 1, "name": "F:x[1]", "kind": "compute", "device": "cpu1",
+                     "duration_s": 1.0, "bytes": 0},
+                    {"id": 2, "name": "F:y[0]", "kind": "compute", "device": "cpu0",
+                     "duration_s": 0.5, "bytes": 0}],
+          "deps": [[0, 2]]}
+    base = dict(launch_s=0.1, task_s=0.0)
+    r = simulate_with_runtime(tg, RuntimeOverhead(**base), None, pipelined=True)
+    assert r["iteration_time_s"] == pytest.approx(1.5)
+    # 2 cores shared by 2.5 s of device work and 0.3 s of control work: 1.4 s < 1.5 s
+    r = simulate_with_runtime(tg, RuntimeOverhead(cores=2, **base), None, pipelined=True)
+    assert r["cpu_bound_s"] == pytest.approx(1.4) and r["iteration_time_s"] == 1.5
+    # one core: everything runs on it
+    r = simulate_with_runtime(tg, RuntimeOverhead(cores=1, **base), None, pipelined=True)
+    assert r["iteration_time_s"] == pytest.approx(2.8)
+    # the interpreter lock: control plus the workers' Python work around the kernels
+    r = simulate_with_runtime(tg, RuntimeOverhead(cores=4, launch_s=0.1, task_s=0.5), None,
+                              pipelined=True)
+    assert r["gil_bound_s"] == pytest.approx(0.3 + 1.5)
+    assert r["iteration_time_s"] == pytest.approx(max(r["schedule_s"], 1.8))
+    # kernels stretched by the measured concurrency factor (no graph: the GEMM's)
+    r = simulate_with_runtime(tg, RuntimeOverhead(kernel_scale=2.0), None)
+    assert r["iteration_time_s"] == pytest.approx(3.0)
+
+
+def test_concurrency_factor_interpolates_by_intensity():
+    o = RuntimeOverhead(kernel_scale=1.2, kernel_scale_mem=2.0, intensity_compute=50.0,
+                        intensity_mem=0.125)
+    assert o.scale_for(None) == 1.2 and o.scale_for(1000.0) == 1.2
+    assert o.scale_for(0.01) == 2.0 and 1.2 < o.scale_for(2.5) < 2.0
+    assert RuntimeOverhead(kernel_scale=1.5).scale_for(0.1) == 1.5
+
+
+def test_time_contended_runs_helpers():
+    from legionpy.optimizer.calibration import time_contended
+
+    calls = []
+    t = time_contended(lambda: calls.append(1), concurrency=2, warmup=1, repeats=3)
+    assert t >= 0 and len(calls) >= 4
+
+
+def test_layer_api_calibration_on_synthetic_models(rt2, cache):
+    from legionpy.optimizer.calibration import (
+        _mlp,
+        calibrate_layer_overhead,
+        measure_kernel_concurrency,
+    )
+
+    figs = calibrate_layer_overhead(Machine.local(), steps=2, warmup=1, cost="analytic",
+                                    models=lambda: [_mlp(2), _mlp(4)],
+                                    strategies=("data",))
+    rows = figs["calibration"]["rows"]
+    assert len(rows) == 2 and all(r["control_s"] >= 0 and r["period_s"] > 0 for r in rows)
+    assert rows[1]["tasks"] > rows[0]["tasks"]
+    assert min(figs[k] for k in ("step_s", "launch_s", "req_launch_s", "copy_launch_s",
+                                 "task_s", "req_task_s")) >= 0
+    c = measure_kernel_concurrency(n=64, elems=10_000, reps=2)
+    assert c["kernel_scale"] >= 1 and c["kernel_scale_mem"] >= 1
+    assert c["intensity_compute"] > c["intensity_mem"] > 0
