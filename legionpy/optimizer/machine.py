@@ -404,6 +404,14 @@ class _Builder:
         for s, d in ((a, b), (b, a)):
             self.links.append(LinkSpec(len(self.links), s, d, bw, lat, f"{tag}:{s}->{d}"))
 
+    def gpus(self, nodes, g, flops, mem_bw, memory, host_bw, switches=("ib",)):
+        """``g`` identical GPUs ``n{n}gpu{k}`` per node; switches: one ``host{n}``
+        per node, then ``switches``."""
+        for n in range(nodes):
+            for k in range(g):
+                self.dev(f"n{n}gpu{k}", n, "gpu", flops, mem_bw, memory, host_bw)
+        self.switches = [f"host{n}" for n in range(nodes)] + list(switches)
+
     def build(self) -> Machine:
         return Machine(self.devs, self.links, self.switches, self.name)
 
@@ -411,10 +419,7 @@ class _Builder:
 def _p100(nodes: int, g: int | None) -> Machine:
     g = g or 4
     b = _Builder(f"p100:{nodes}x{g}")
-    for n in range(nodes):
-        for k in range(g):
-            b.dev(f"n{n}gpu{k}", n, "gpu", 9.3e12, 732e9, 16 * 2**30, 12.58e9)
-    b.switches = [f"host{n}" for n in range(nodes)] + ["ib"]
+    b.gpus(nodes, g, 9.3e12, 732e9, 16 * 2**30, 12.58e9)
     for n in range(nodes):
         gs = [f"n{n}gpu{k}" for k in range(g)]
         for i in range(g):
@@ -429,10 +434,7 @@ def _p100(nodes: int, g: int | None) -> Machine:
 def _k80(nodes: int, g: int | None) -> Machine:
     g = g or 4
     b = _Builder(f"k80:{nodes}x{g}")
-    for n in range(nodes):
-        for k in range(g):
-            b.dev(f"n{n}gpu{k}", n, "gpu", 4.37e12, 240e9, 12 * 2**30, 12.58e9)
-    b.switches = [f"host{n}" for n in range(nodes)] + ["ib"]
+    b.gpus(nodes, g, 4.37e12, 240e9, 12 * 2**30, 12.58e9)
     for n in range(nodes):
         for s in range((g + 1) // 2):
             sw = f"n{n}plx{s}"
@@ -454,10 +456,7 @@ def _dgx1(nodes: int, g: int | None) -> Machine:
     if g not in (None, 8):
         raise MachineError(f"dgx1 has 8 GPUs per node, got gpus_per_node={g}")
     b = _Builder("dgx1" if nodes == 1 else f"dgx1:{nodes}")
-    for n in range(nodes):
-        for k in range(8):
-            b.dev(f"n{n}gpu{k}", n, "gpu", 15.7e12, 900e9, 16 * 2**30, 12.58e9)
-    b.switches = [f"host{n}" for n in range(nodes)] + ["ib"]
+    b.gpus(nodes, 8, 15.7e12, 900e9, 16 * 2**30, 12.58e9)
     for n in range(nodes):
         for i, j in _CUBE:
             b.duplex(f"n{n}gpu{i}", f"n{n}gpu{j}", 25 * GB, 1e-6, "nvlink2")
@@ -471,11 +470,8 @@ def _dgx1(nodes: int, g: int | None) -> Machine:
 def _h100(nodes: int, g: int | None) -> Machine:
     g = g or 8
     b = _Builder(f"h100:{nodes}x{g}")
-    for n in range(nodes):
-        for k in range(g):
-            b.dev(f"n{n}gpu{k}", n, "gpu", 67e12, 3.35e12, 80 * 2**30, 55e9)
-    b.switches = [f"host{n}" for n in range(nodes)] + [f"nvswitch{n}" for n in range(nodes)]
-    b.switches.append("ib")
+    b.gpus(nodes, g, 67e12, 3.35e12, 80 * 2**30, 55e9,
+           switches=[f"nvswitch{n}" for n in range(nodes)] + ["ib"])
     for n in range(nodes):
         for k in range(g):
             gpu = f"n{n}gpu{k}"

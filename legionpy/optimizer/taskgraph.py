@@ -210,39 +210,37 @@ class TaskGraph:
         self.free_e = np.arange(ne - 1, -1, -1, dtype=np.int64)
         self.nfree_e = ne
 
+    _TASK_FIELDS = (("alive", False), ("key", 0), ("dur", 0), ("res", 0), ("kind", 0),
+                    ("nbytes", 0), ("mdev", 0), ("mbytes", 0), ("ends", -1), ("ready", 0),
+                    ("start", 0), ("end", 0), ("dprev", -1), ("dnext", -1),
+                    ("out_head", -1), ("in_head", -1))
+    _EDGE_FIELDS = (("esrc", 0), ("edst", 0), ("ealive", False), ("out_next", -1),
+                    ("out_prev", -1), ("in_next", -1), ("in_prev", -1))
+
     def _grow_tasks(self, need: int) -> None:
-        old = self.cap_t
-        new = max(2 * old, old + need)
-        for name, fill in (("alive", False), ("key", 0), ("dur", 0), ("res", 0), ("kind", 0),
-                           ("nbytes", 0), ("mdev", 0), ("mbytes", 0), ("ends", -1), ("ready", 0),
-                           ("start", 0), ("end", 0), ("dprev", -1), ("dnext", -1),
-                           ("out_head", -1), ("in_head", -1)):
-            a = getattr(self, name)
-            b = np.full(new, fill, a.dtype)
-            b[:old] = a
-            setattr(self, name, b)
-        stack = np.empty(new, np.int64)
-        stack[:new - old] = np.arange(new - 1, old - 1, -1)
-        stack[new - old:new - old + self.nfree_t] = self.free_t[:self.nfree_t]
-        self.free_t = stack
-        self.nfree_t += new - old
-        self.cap_t = new
+        self._grow(need, self._TASK_FIELDS, "t")
 
     def _grow_edges(self, need: int) -> None:
-        old = self.cap_e
+        self._grow(need, self._EDGE_FIELDS, "e")
+
+    def _grow(self, need: int, fields: tuple, s: str) -> None:
+        """Grow every array of ``fields`` (new slots filled) and the free-slot
+        stack ``free_<s>`` (new slots popped first, lowest on top) of the task
+        (``s="t"``) or edge (``s="e"``) pool to hold ``need`` more."""
+        old = getattr(self, "cap_" + s)
         new = max(2 * old, old + need)
-        for name, fill in (("esrc", 0), ("edst", 0), ("ealive", False), ("out_next", -1),
-                           ("out_prev", -1), ("in_next", -1), ("in_prev", -1)):
+        for name, fill in fields:
             a = getattr(self, name)
             b = np.full(new, fill, a.dtype)
             b[:old] = a
             setattr(self, name, b)
+        nfree = getattr(self, "nfree_" + s)
         stack = np.empty(new, np.int64)
         stack[:new - old] = np.arange(new - 1, old - 1, -1)
-        stack[new - old:new - old + self.nfree_e] = self.free_e[:self.nfree_e]
-        self.free_e = stack
-        self.nfree_e += new - old
-        self.cap_e = new
+        stack[new - old:new - old + nfree] = getattr(self, "free_" + s)[:nfree]
+        setattr(self, "free_" + s, stack)
+        setattr(self, "nfree_" + s, nfree + new - old)
+        setattr(self, "cap_" + s, new)
 
     def _lists(self):
         return (self.esrc, self.edst, self.out_head, self.out_next, self.out_prev,

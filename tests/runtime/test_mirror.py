@@ -12,39 +12,14 @@ import random
 
 import numpy as np
 import pytest
+from tiny_models import BATCH, cnn, mlp, random_degrees
 
 import legionpy as lp
 from legionpy import models
 from legionpy.optimizer import Machine, ParallelConfig, Simulator, Strategy
 from legionpy.optimizer.mirror import compare, taskgraph_form, traced_taskgraph
 
-BATCH = 8
 RNG = np.random.default_rng(5)
-
-
-def mlp():
-    m = lp.nn.Model(batch_size=BATCH, seed=7)
-    t = m.input((7,), name="x")
-    t = m.dense(t, 12, activation="relu", name="fc1")
-    t = m.dense(t, 6, activation="tanh", name="fc2")
-    t = m.dense(t, 3, name="fc3")
-    m.softmax(t, name="softmax")
-    return m
-
-
-def cnn():
-    """Convolutions and pooling with halos."""
-    m = lp.nn.Model(batch_size=BATCH, seed=3)
-    t = m.input((2, 12, 12), name="image")
-    t = m.conv2d(t, 4, 3, padding=1, activation="relu", name="conv1")
-    t = m.pool2d(t, 2, name="pool1")
-    t = m.conv2d(t, 6, 3, padding=1, name="conv2")
-    t = m.relu(t, name="relu2")
-    t = m.flat(t, name="flat")
-    t = m.dense(t, 12, activation="relu", name="fc1")
-    t = m.dense(t, 3, name="fc2")
-    m.softmax(t, name="softmax")
-    return m
 
 
 def branchy():
@@ -93,13 +68,7 @@ def random_strategy(graph, n: int, seed: int) -> Strategy:
         if key and key in by_param:
             out[op.name] = by_param[key]
             continue
-        deg = [1] * len(op.output_shape)
-        for d in op.parallel_dims:
-            opts = [k for k in (1, 2, 3, 4)
-                    if op.output_shape[d] % k == 0 and math.prod(deg) * k <= max(n, 2)]
-            deg[d] = rng.choice(opts)
-        if op.kind == "conv2d" and op.attrs["groups"] % deg[1]:
-            deg[1] = 1
+        deg = random_degrees(op, n, rng)
         if op is graph.ops[-1]:
             deg[-1] = 1
         k = math.prod(deg)
@@ -125,6 +94,18 @@ def hybrid(graph, n: int) -> Strategy:
     return Strategy(out)
 
 
+def train_traced(rt, m, xs, y, steps: int) -> list:
+    """Train the compiled ``m`` ``steps`` steps on one batch; the trace records
+    of the last step."""
+    ex = m._ex
+    for step in range(steps):
+        if step == steps - 1:
+            rt.trace.start()
+        ex.train_step(m._shards(xs), y, step)
+        lp.fence()
+    return rt.trace.stop()
+
+
 def mirror(build, n: int, strategy, steps: int = 3):
     """(trace form, task-graph form) of step ``steps`` (>= 2: weights at home)."""
     rt = lp.init(cpus=n)
@@ -135,13 +116,7 @@ def mirror(build, n: int, strategy, steps: int = 3):
             strategy = strategy(m.graph, n)
         m.compile(optimizer=lp.nn.SGD(lr=0.05, momentum=0.9), strategy=strategy, machine=mach)
         xs, y = data_for(m)
-        ex = m._ex
-        for step in range(steps):
-            if step == steps - 1:
-                rt.trace.start()
-            ex.train_step(m._shards(xs), y, step)
-            lp.fence()
-        recs = rt.trace.stop()
+        recs = train_traced(rt, m, xs, y, steps)
         sim = Simulator(m.graph, mach)
         sim.run(m.strategy)
         return traced_taskgraph(recs), taskgraph_form(sim.tg)

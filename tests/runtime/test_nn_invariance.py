@@ -9,44 +9,17 @@ import random
 
 import numpy as np
 import pytest
+from tiny_models import BATCH, cnn, mlp, random_degrees
 
 import legionpy as lp
 from legionpy.nn.init import initial_value
 from legionpy.optimizer import Machine, ParallelConfig, Strategy
 
-STEPS, BATCH = 3, 8
+STEPS = 3
 RNG = np.random.default_rng(1)
 X_IMG = RNG.standard_normal((STEPS * BATCH, 2, 12, 12)).astype(np.float32)
 X_VEC = RNG.standard_normal((STEPS * BATCH, 7)).astype(np.float32)
 Y = RNG.integers(0, 3, STEPS * BATCH)
-
-
-def cnn(extra: bool = False) -> lp.nn.Model:
-    m = lp.nn.Model(batch_size=BATCH, seed=3)
-    t = m.input((2, 12, 12), name="image")
-    t = m.conv2d(t, 4, 3, padding=1, activation="relu", name="conv1")
-    if extra:
-        t = m.batch_norm(t, relu=True, name="bn1")
-    t = m.pool2d(t, 2, name="pool1")
-    t = m.conv2d(t, 6, 3, stride=1, padding=1, name="conv2")
-    t = m.relu(t, name="relu2")
-    t = m.flat(t, name="flat")
-    if extra:
-        t = m.dropout(t, 0.3, seed=5, name="drop")
-    t = m.dense(t, 12, activation="relu", name="fc1")
-    t = m.dense(t, 3, name="fc2")
-    m.softmax(t, name="softmax")
-    return m
-
-
-def mlp() -> lp.nn.Model:
-    m = lp.nn.Model(batch_size=BATCH, seed=7)
-    t = m.input((7,), name="x")
-    t = m.dense(t, 12, activation="relu", name="fc1")
-    t = m.dense(t, 6, activation="tanh", name="fc2")
-    t = m.dense(t, 3, name="fc3")
-    m.softmax(t, name="softmax")
-    return m
 
 
 def hybrid(graph, n: int) -> Strategy:
@@ -80,13 +53,7 @@ def random_strategy(graph, n: int, seed: int) -> Strategy:
     rng = random.Random(seed)
     out = {}
     for op in graph.ops:
-        deg = [1] * len(op.output_shape)
-        for d in op.parallel_dims:
-            opts = [k for k in (1, 2, 3, 4)
-                    if op.output_shape[d] % k == 0 and math.prod(deg) * k <= max(n, 2)]
-            deg[d] = rng.choice(opts)
-        if op.kind == "conv2d" and op.attrs["groups"] % deg[1]:
-            deg[1] = 1
+        deg = random_degrees(op, n, rng)
         if op.kind == "batch_norm":
             deg[0] = 1  # sample tiles normalise with their own statistics
         k = math.prod(deg)

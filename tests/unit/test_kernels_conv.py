@@ -7,17 +7,10 @@ import itertools
 
 import numpy as np
 import pytest
+from kernel_refs import F, needs_torch, torch
 
 from legionpy.geometry import Rect
 from legionpy.ops import kernels as K
-
-try:
-    import torch
-    import torch.nn.functional as F
-except ImportError:  # pragma: no cover - CI without torch
-    torch = None
-
-needs_torch = pytest.mark.skipif(torch is None, reason="torch not importable")
 
 
 def ref_conv(x, w, b, stride, pad, groups):

@@ -6,28 +6,9 @@ import math
 
 import numpy as np
 import pytest
+from kernel_refs import needs_torch, num_grad, torch
 
 from legionpy.ops import kernels as K
-
-try:
-    import torch
-except ImportError:  # pragma: no cover
-    torch = None
-
-needs_torch = pytest.mark.skipif(torch is None, reason="torch not importable")
-
-
-def num_grad(f, x, eps=1e-6):
-    g = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        old = x[idx]
-        x[idx] = old + eps
-        up = f()
-        x[idx] = old - eps
-        down = f()
-        x[idx] = old
-        g[idx] = (up - down) / (2 * eps)
-    return g
 
 
 @pytest.mark.parametrize("act", [None, "relu", "sigmoid", "tanh"])

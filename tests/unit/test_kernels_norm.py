@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kernel_refs import needs_torch, torch
 
 from legionpy.geometry import Rect
 from legionpy.ops import kernels as K
-
-try:
-    import torch
-except ImportError:  # pragma: no cover
-    torch = None
-
-needs_torch = pytest.mark.skipif(torch is None, reason="torch not importable")
 
 
 def bn_ref(x, gamma, beta, eps):

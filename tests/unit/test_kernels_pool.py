@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kernel_refs import F, needs_torch, torch
 
 from legionpy.geometry import Rect
 from legionpy.ops import kernels as K
-
-try:
-    import torch
-    import torch.nn.functional as F
-except ImportError:  # pragma: no cover
-    torch = None
-
-needs_torch = pytest.mark.skipif(torch is None, reason="torch not importable")
 
 
 def ref_pool(x, k, s, pad, mode):

@@ -5,15 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kernel_refs import needs_torch, num_grad, torch
 
 from legionpy.ops import kernels as K
-
-try:
-    import torch
-except ImportError:  # pragma: no cover
-    torch = None
-
-needs_torch = pytest.mark.skipif(torch is None, reason="torch not importable")
 
 
 def sig(z):
@@ -36,19 +30,6 @@ def lstm_ref(xs, h, c, w, b):
         h = o * np.tanh(c)
         hs.append(h)
     return np.stack(hs), h, c
-
-
-def num_grad(f, x, eps=1e-6):
-    g = np.zeros_like(x)
-    for idx in np.ndindex(x.shape):
-        old = x[idx]
-        x[idx] = old + eps
-        up = f()
-        x[idx] = old - eps
-        down = f()
-        x[idx] = old
-        g[idx] = (up - down) / (2 * eps)
-    return g
 
 
 def test_lstm_through_time_finite_differences():

@@ -15,7 +15,7 @@ from pathlib import Path
 from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "runtime"))
-from test_mirror import MODELS, STRATS, data_for  # noqa: E402
+from test_mirror import MODELS, STRATS, data_for, train_traced  # noqa: E402
 
 import legionpy as lp  # noqa: E402
 from legionpy.optimizer import Machine, Simulator  # noqa: E402
@@ -39,13 +39,7 @@ for case in cases:
         m.compile(optimizer=lp.nn.SGD(lr=0.05, momentum=0.9), strategy=s, machine=mach)
         xs, y = data_for(m)
         xs, y = comm.bcast((xs, y), root=0)  # every rank feeds the same batch
-        ex = m._ex
-        for step in range(STEPS):
-            if step == STEPS - 1:
-                rt.trace.start()
-            ex.train_step(m._shards(xs), y, step)
-            lp.fence()
-        recs = rt.trace.stop()
+        recs = train_traced(rt, m, xs, y, STEPS)
         everyone = comm.gather(recs, root=0)
         if comm.rank == 0:
             assert {r["rank"] for part in everyone for r in part} == set(range(comm.size))
