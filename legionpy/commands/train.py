@@ -36,7 +36,9 @@ def _train(args) -> dict:
     text = (f"{r['model']} ({r['parameters']:,} parameters, batch {r['batch_size']}) on "
             f"{r['devices']} device(s), strategy {r['strategy']}: {r['steps']} steps\n"
             f"  loss {r['first_loss']:.4f} -> {r['final_loss']:.4f}   "
-            f"{r['samples_per_s']:.1f} samples/s\n  loss by step: {shown}")
+            f"{r['samples_per_s']:.1f} samples/s\n  loss by step: {shown}\n"
+            f"  simulated iteration: {r['simulated_iteration_s'] * 1e3:.2f} ms under this "
+            f"strategy, {r['simulated_data_parallel_s'] * 1e3:.2f} ms under data parallelism")
     return {"text": text, **r}
 
 

@@ -88,11 +88,25 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     end = time.perf_counter()
     timed, span = (steps - 1, end - t1) if steps > 1 else (steps, end - t0)
     rt = lr.get_runtime()
-    return {"model": name, "strategy": strategy if isinstance(strategy, str) else "given",
+    sim = _simulated(model, len(rt.devices))
+    return {**sim, "model": name, "strategy": strategy if isinstance(strategy, str) else "given",
             "steps": steps, "batch_size": b, "devices": len(rt.devices),
             "ranks": 1 + max(d.rank for d in rt.devices), "parameters": model.num_parameters(),
             "first_loss": losses[0], "final_loss": losses[-1], "losses": losses,
             "samples_per_s": timed * b / max(span, 1e-9), "seconds": end - t0}
+
+
+def _simulated(model: Any, devices: int) -> dict[str, float]:
+    """The simulator's prediction (analytic costs, this machine's devices) for
+    the strategy that ran and for data parallelism, so a user sees what the
+    search expected next to what was measured."""
+    from ..optimizer import Machine, Simulator, Strategy
+
+    machine = Machine.local(devices)
+    sim = Simulator(model.graph, machine)
+    return {"simulated_iteration_s": sim.simulate(model.strategy),
+            "simulated_data_parallel_s": sim.simulate(
+                Strategy.data_parallel(model.graph, machine))}
 
 
 def add_train_arguments(p: Any, steps: int = 30) -> None:

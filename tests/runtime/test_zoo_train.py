@@ -118,6 +118,8 @@ def test_train_command_json(capsys):
     for key in ("samples_per_s", "final_loss", "first_loss", "steps", "strategy"):
         assert key in r
     assert r["steps"] == 3 and r["strategy"] == "data" and r["samples_per_s"] > 0
+    # data parallel ran, so the simulator's two predictions are the same strategy
+    assert r["simulated_iteration_s"] == r["simulated_data_parallel_s"] > 0
 
 
 @pytest.mark.parametrize("example", ["lenet", "nmt"])
