@@ -307,19 +307,14 @@ def time_contended(fn: Any, concurrency: int, warmup: int = 2, repeats: int = 5)
         while not stop.is_set():
             fn()
 
+    from .costmodel import MeasuredCostModel
+
     helpers = [threading.Thread(target=helper, daemon=True) for _ in range(concurrency - 1)]
     for h in helpers:
         h.start()
     try:
-        for _ in range(warmup):
-            fn()
-        ts = []
-        for _ in range(repeats):
-            t = time.perf_counter()
-            fn()
-            ts.append(time.perf_counter() - t)
+        return MeasuredCostModel.time_callable(fn, warmup, repeats)
     finally:
         stop.set()
         for h in helpers:
             h.join()
-    return float(statistics.median(ts))
