@@ -268,6 +268,19 @@ class TaskGraph:
                                     for t in self.tiles(o, degrees)]
         return r
 
+    def _needs_of(self, prod, consumers):
+        """``(c, k, device, input i, rect)`` for every non-empty rect of
+        ``prod``'s output that tile ``k`` of each consumer ``(c, config)``
+        reads, in launch order (consumers as given, then k, then input)."""
+        ops = self.graph.ops
+        for c, cc in consumers:
+            ins = [i for i, r in enumerate(ops[c].inputs) if r.op is prod]
+            needs = [self.need(c, i, cc.degrees) for i in ins]
+            for k, dev in enumerate(cc.devices):
+                for i, nd in zip(ins, needs):
+                    if not nd[k].empty:
+                        yield c, k, dev, i, nd[k]
+
     # -- blocks --------------------------------------------------------------------
     def _route(self, a: int, b: int):
         return self.machine.route(a, b)
@@ -432,16 +445,8 @@ class TaskGraph:
         item = prod.itemsize
         tiles = self.tiles(p, cp.degrees)
         cons = list(zip(self.cons_ops[p], cfgs[1:]))
-        reads = []
-        for c, cc in cons:  # forward reads, launch order
-            op = ops[c]
-            ins = [i for i, r in enumerate(op.inputs) if r.op is prod]
-            needs = [self.need(c, i, cc.degrees) for i in ins]
-            for k, dev in enumerate(cc.devices):
-                for i, nd in zip(ins, needs):
-                    if nd[k].empty:
-                        continue
-                    reads.append((nd[k], dev, _ext(c, 0, k), pack_key(c, 1, k, 1 + i)))
+        reads = [(need, dev, _ext(c, 0, k), pack_key(c, 1, k, 1 + i))
+                 for c, k, dev, i, need in self._needs_of(prod, cons)]  # forward reads
         if self.fast_reads:
             self._fast_reads([[t.lo, t.hi, t, {cp.devices[j]: _ext(p, 0, j)}, cp.devices[j]]
                               for j, t in enumerate(tiles)], reads, item, 2, tasks, edges)
@@ -453,18 +458,10 @@ class TaskGraph:
                                   edges, cmap)
         if prod.has_backward and p != P - 1:
             st = FieldState.filled(prod.output_rect, 0)
-            for c, cc in reversed(cons):  # backward reductions, launch order
-                op = ops[c]
-                if not op.has_backward:
-                    continue
-                ins = [i for i, r in enumerate(op.inputs) if r.op is prod]
-                needs = [self.need(c, i, cc.degrees) for i in ins]
-                for k, dev in enumerate(cc.devices):
-                    for i, nd in zip(ins, needs):
-                        if nd[k].empty:
-                            continue
-                        st = st.access(Request(nd[k], "reduce", dev, _ext(c, 1, k), "+",
-                                               (c, k, i)), _no_id)[1]
+            backward = [(c, cc) for c, cc in reversed(cons) if ops[c].has_backward]
+            for c, k, dev, i, need in self._needs_of(prod, backward):  # reductions
+                st = st.access(Request(need, "reduce", dev, _ext(c, 1, k), "+", (c, k, i)),
+                               _no_id)[1]
             for j, t in enumerate(tiles):  # B(p, j) reads its gradient tile
                 st = self._access(st, Request(t, "read", cp.devices[j], _ext(p, 1, j)),
                                   pack_key(2 * P - 1 - p, 1, j, 0), item, 0, tasks, edges,
