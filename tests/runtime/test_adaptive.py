@@ -71,16 +71,25 @@ def test_propose_moves_tiles_off_the_busy_device_and_helps_in_simulation():
     assert spread[1] < spread[0]
 
 
-def _train(enabled: bool, steps: int = 8):
+def _train_model() -> lp.nn.Model:
+    m = lp.nn.Model(batch_size=64, seed=0)
+    t = m.input((256,))
+    for _ in range(4):
+        t = m.dense(t, 256, activation="relu")
+    m.softmax(m.dense(t, 8))
+    return m
+
+
+def _train_graph() -> Graph:
+    return _train_model().graph
+
+
+def _train(enabled: bool, steps: int = 10):
     lp.init(cpus=2, executor="threads")
     try:
         mapper = AdaptiveMapper(high=0.7, low=0.5, patience=1, max_moves=2, enabled=enabled)
         lp.runtime().set_mapper(mapper)
-        m = lp.nn.Model(batch_size=64, seed=0)
-        t = m.input((256,))
-        for _ in range(4):
-            t = m.dense(t, 256, activation="relu")
-        m.softmax(m.dense(t, 8))
+        m = _train_model()
         m.compile(optimizer=lp.nn.SGD(lr=0.05), strategy="data")
         rng = np.random.default_rng(0)
         x = rng.standard_normal((64 * steps, 256)).astype(np.float32)
@@ -99,6 +108,12 @@ def slow_device_1():
 
 
 def test_adaptive_recovers_from_a_slowed_device(slow_device_1):
+    """One device is slowed 6x; static and adaptive training in the same run.
+    The adaptive mapper sees the imbalance in the trace and moves tiles off
+    the slow device, with identical numbers. That the new placement recovers
+    throughput is judged by the simulator with that device really 6x slower
+    (deterministic); the measured recovery is bench/adaptive.py's figure, not
+    a wall-clock assertion here."""
     static_m, static_s, static_p = _train(False)
     adapt_m, adapt_s, adapt_p = _train(True)
     assert static_m.moves == [] and len(static_m.history) >= 6
@@ -112,12 +127,11 @@ def test_adaptive_recovers_from_a_slowed_device(slow_device_1):
     for k in static_p:
         np.testing.assert_allclose(adapt_p[k], static_p[k], rtol=1e-5, atol=1e-6)
 
-    # measured balance: the slowed device's share of the busy time shrinks
-    def share(mapper):  # averaged over the last 3 steps: one step is noisy
-        return np.mean([h["busy"][1] / (h["busy"][0] + h["busy"][1])
-                        for h in mapper.history[-3:]])
-
-    assert share(adapt_m) < share(static_m)
+    # the mapper acted on what it measured: device 1 was the busy one
+    assert all(h["busy"][1] > h["busy"][0] for h in static_m.history[-3:])
+    # and its placement is faster where device 1 is 6x slower
+    sim = Simulator(_train_graph(), _slowed(Machine.local(2), 1, 6.0))
+    assert sim.simulate(adapt_s) < sim.simulate(static_s)
 
 
 def test_slow_devices_env_parsing():

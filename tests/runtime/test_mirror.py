@@ -238,7 +238,8 @@ def test_standins_run_in_simulated_order_and_time(strategy):
     """Kernels replaced by stand-ins sleeping their simulated durations (and
     copies their simulated link times): every device runs its tasks in the
     simulated order, and the measured iteration is within 10% of the
-    simulated one (the best of 3 iterations: the machine may be loaded)."""
+    simulated one. The machine may be loaded (sleeps overshoot, near-ties
+    can swap), so some steady-state iteration out of six must show both."""
     from legionpy.optimizer.mirror import device_orders, install_standins
 
     n = 2
@@ -253,8 +254,9 @@ def test_standins_run_in_simulated_order_and_time(strategy):
         want = sim.run(m.strategy).iteration_time_s
         install_standins(m._ex, sim)
         xs, y = data_for(m)
-        ex, best, orders = m._ex, None, None
-        for step in range(5):
+        simulated = device_orders(tg=sim.tg)
+        ex, seen = m._ex, []
+        for step in range(8):
             rt.trace.start()
             ex.train_step(m._shards(xs), y, step)
             lp.fence()
@@ -262,10 +264,12 @@ def test_standins_run_in_simulated_order_and_time(strategy):
             if step < 2:
                 continue
             t = max(r["end"] for r in recs) - min(r["start"] for r in recs)
-            o = device_orders(recs)
-            if best is None or t < best:
-                best, orders = t, o
-        assert orders == device_orders(tg=sim.tg)
-        assert abs(best - want) <= 0.1 * want, (best, want)
+            same = device_orders(recs) == simulated
+            seen.append((round(t * 1e3, 2), same))
+            if same and abs(t - want) <= 0.1 * want:
+                break
+        else:
+            pytest.fail(f"no iteration ran in the simulated order within 10% of the "
+                        f"simulated {want * 1e3:.2f} ms: (ms, same order) = {seen}")
     finally:
         lp.runtime.shutdown()
