@@ -132,19 +132,15 @@ def _random_strategy(graph, n, rng, shared_weights=True):
     """Random degrees on parallel dims and random (repeating) devices."""
     import math
 
+    from tiny_models import random_degrees
+
     out, by_param = {}, {}
     for op in graph.ops:
         key = tuple(sorted(p.name for p in op.params.values()))
         if shared_weights and key and key in by_param and rng.random() < 0.5:
             out[op.name] = by_param[key]
             continue
-        deg = [1] * len(op.output_shape)
-        for d in op.parallel_dims:
-            opts = [k for k in (1, 2, 3, 4)
-                    if op.output_shape[d] % k == 0 and math.prod(deg) * k <= max(n, 2)]
-            deg[d] = rng.choice(opts)
-        if op.kind == "conv2d" and op.attrs["groups"] % deg[1]:
-            deg[1] = 1
+        deg = random_degrees(op, n, rng)
         k = math.prod(deg)
         out[op.name] = ParallelConfig(tuple(deg), tuple(rng.randrange(n) for _ in range(k)))
         if key:
