@@ -76,6 +76,8 @@ class MCMCResult:
     accepted: int = 0
     polish_moves: int = 0
     search_time_s: float = 0.0
+    stopped_on_budget: bool = False
+    result: object = None
 
 
 def initial_candidates(graph, machine, seed: int = 0, space: ConfigSpace | None = None,
@@ -159,7 +161,8 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
          alpha: float = 1.1, rel_scale: float = 0.05, reset_every: int | None = None,
          use_delta: bool = True, polish_limit: int = 4000, cost_model=None,
          simulator: Simulator | None = None, progress: ProgressFn | None = None,
-         elimination: bool = True, table: Mapping[str, list] | None = None) -> MCMCResult:
+         elimination: bool = True, table: Mapping[str, list] | None = None,
+         known_costs: Mapping[str, float] | None = None) -> MCMCResult:
     """Metropolis-Hastings search; see the module docstring.
 
     ``budget_s``: wall-clock seconds (ignored when ``iterations`` is given);
@@ -167,7 +170,12 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
     ``initial``: ``{name: Strategy}`` starting points (default
     :func:`initial_candidates`, with the elimination DP's result when
     ``elimination``); ``table``: an explicit ``{op name: configs}`` instead of
-    ``space``. Returns an :class:`MCMCResult`."""
+    ``space``; ``known_costs``: simulated costs of some ``initial`` strategies
+    (by name), not simulated again. Under a wall-clock budget nothing starts
+    after the deadline (a chain, a proposal, a polishing move), so the search
+    ends within one proposal of it; ``stopped_on_budget`` says whether the
+    deadline, rather than convergence, ended it. Returns an
+    :class:`MCMCResult` (``result``: the best strategy's SimResult)."""
     t0 = time.perf_counter()
     space = space or ConfigSpace()
     sim = simulator or Simulator(graph, machine, cost_model)
@@ -184,7 +192,9 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
     table = dict(table) if table is not None else space.table(graph, machine)
     movable = [n for n, c in table.items() if len(c) > 1]
     walker = _Walker(sim, use_delta)
-    init_costs = {name: walker.goto(s) for name, s in initial.items()}
+    known = dict(known_costs or {})
+    init_costs = {name: known[name] if name in known else walker.goto(s)
+                  for name, s in initial.items()}
     finite = [c for c in init_costs.values() if math.isfinite(c)]
     cost0 = min(finite) if finite else 1.0
     beta = alpha / max(1e-12, min(1e-3, rel_scale * cost0))
@@ -194,6 +204,7 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
     reset_every = reset_every or max(50, 2 * len(movable))
     deadline = t0 + budget_s
     chains, total_it, total_acc = [], 0, 0
+    on_budget = False
     for k, name in enumerate(names):
         rng = random.Random(f"{seed}:{k}")
         if iterations is not None:
@@ -201,6 +212,9 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
             chain_deadline = math.inf
         else:
             share = None
+            if time.perf_counter() >= deadline:
+                on_budget = True
+                break
             chain_deadline = time.perf_counter() + max(
                 0.0, deadline - time.perf_counter()) / (len(names) - k)
         cur_cost = walker.goto(initial[name])
@@ -213,6 +227,7 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
             if share is None:
                 now = time.perf_counter()
                 if now >= chain_deadline:
+                    on_budget = on_budget or now >= deadline
                     break
                 if it >= 50 and now - t_improved > 0.5 * (now - t_start):
                     break
@@ -249,10 +264,16 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
             progress(total_it, iterations, best_cost)
     moves = 0
     n_neigh = sum(len(c) - 1 for c in table.values())
-    if n_neigh <= polish_limit and math.isfinite(best_cost):
-        dl = None if iterations is not None else max(deadline, time.perf_counter() + 1.0)
-        best, best_cost, moves = polish(walker, best, best_cost, table, deadline=dl)
+    timed = iterations is None
+    if n_neigh <= polish_limit and math.isfinite(best_cost) and not (
+            timed and time.perf_counter() >= deadline):
+        best, best_cost, moves = polish(walker, best, best_cost, table,
+                                        deadline=deadline if timed else None)
+    if timed and time.perf_counter() >= deadline:
+        on_budget = True
+    res = sim.result() if walker.current is not None and walker.current == best else None
     return MCMCResult(strategy=Strategy(dict(best), graph.name, machine.name), cost_s=best_cost,
                       initial_costs=init_costs, chains=chains, iterations=total_it,
                       accepted=total_acc, polish_moves=moves,
-                      search_time_s=time.perf_counter() - t0)
+                      search_time_s=time.perf_counter() - t0, stopped_on_budget=on_budget,
+                      result=res)
