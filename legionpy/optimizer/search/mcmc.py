@@ -193,14 +193,21 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
     movable = [n for n, c in table.items() if len(c) > 1]
     walker = _Walker(sim, use_delta)
     known = dict(known_costs or {})
-    init_costs = {name: known[name] if name in known else walker.goto(s)
-                  for name, s in initial.items()}
+    names = list(initial)
+    if iterations is None and known:
+        # under a clock: best known start first, the others simulated when their
+        # chain starts (a chain the budget never reaches costs nothing)
+        init_costs = {n: known[n] for n in names if n in known}
+        names = sorted(init_costs, key=lambda n: (init_costs[n], names.index(n))) + \
+            [n for n in names if n not in known]
+    else:
+        init_costs = {name: known[name] if name in known else walker.goto(s)
+                      for name, s in initial.items()}
     finite = [c for c in init_costs.values() if math.isfinite(c)]
     cost0 = min(finite) if finite else 1.0
     beta = alpha / max(1e-12, min(1e-3, rel_scale * cost0))
-    best_name = min(init_costs, key=lambda n: (init_costs[n], list(initial).index(n)))
+    best_name = min(init_costs, key=lambda n: (init_costs[n], names.index(n)))
     best, best_cost = initial[best_name], init_costs[best_name]
-    names = list(initial)
     reset_every = reset_every or max(50, 2 * len(movable))
     deadline = t0 + budget_s
     chains, total_it, total_acc = [], 0, 0
@@ -218,6 +225,7 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
             chain_deadline = time.perf_counter() + max(
                 0.0, deadline - time.perf_counter()) / (len(names) - k)
         cur_cost = walker.goto(initial[name])
+        init_costs.setdefault(name, cur_cost)
         cb, cb_cost = walker.current, cur_cost
         t_start, t_improved, since = time.perf_counter(), time.perf_counter(), 0
         it = acc = 0
