@@ -38,6 +38,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..memory import check as check_memory
+from ..memory import format_bytes
 from ..simulator import Simulator
 from ..strategy import Strategy
 from .baselines import baselines, expert_name
@@ -76,7 +78,9 @@ class SearchReport:
 
     @property
     def best(self) -> str:
-        return min(self.rows, key=lambda n: (self.rows[n]["iteration_time_s"],
+        """The fastest feasible method; when none fits, the one with the
+        smallest memory overflow (:func:`legionpy.optimizer.memory.search_cost`)."""
+        return min(self.rows, key=lambda n: (self.rows[n]["search_cost"],
                                              list(self.rows).index(n)))
 
     @property
@@ -86,18 +90,30 @@ class SearchReport:
     def to_json(self) -> dict:
         return {"model": self.graph, "machine": self.machine,
                 "search_time_s": self.search_time_s,
-                "strategies": {n: dict(r) for n, r in self.rows.items()}, "best": self.best}
+                "strategies": {n: dict(r) for n, r in self.rows.items()}, "best": self.best,
+                "infeasible": {n: r["memory"] for n, r in self.rows.items()
+                               if not r["feasible"]}}
 
     def table(self) -> str:
         head = (f"{'method':<12} {'iter time (ms)':>15} {'vs data':>8} {'moved (MB)':>11} "
                 f"{'search (s)':>10} {'stop':>6}")
+        head += f"  {'peak memory':>11}"
         lines = [f"{self.graph} on {self.machine}", head, "-" * len(head)]
+        over = []
         for n, r in self.rows.items():
             t = r["iteration_time_s"]
             ts = "infeasible" if not math.isfinite(t) else f"{t * 1e3:.3f}"
             sp = r["speedup_vs_data"]
+            mem = r["memory"]
             lines.append(f"{n:<12} {ts:>15} {sp:>7.2f}x {r['bytes_moved'] / 1e6:>11.1f} "
-                         f"{r['search_time_s']:>10.2f} {r.get('stop', ''):>6}")
+                         f"{r['search_time_s']:>10.2f} {r.get('stop', ''):>6}  "
+                         f"{format_bytes(mem['max_peak_bytes']):>11}")
+            if not r["feasible"]:
+                over.append(f"  {n}: out of memory by {format_bytes(mem['over_bytes'])} "
+                            f"({mem['detail']})")
+        if over:
+            lines.append("infeasible (simulated peak memory above device capacity):")
+            lines += over
         b = self.details.get("budget")
         tail = f"best: {self.best}   total {self.search_time_s:.1f} s"
         if b:
@@ -139,20 +155,21 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
     rep = SearchReport(graph.name, machine.name)
     found: dict[str, tuple[Strategy, float]] = {}
     stops: dict[str, str] = {}
-    scored: dict[Strategy, object] = {}
+    scored: dict[Strategy, tuple] = {}
     scoring = [0.0]
 
-    def score(s: Strategy, result=None):
+    def score(s: Strategy, result=None) -> tuple:
+        """(SimResult, memory Feasibility) of ``s``, simulated once."""
         r = scored.get(s)
         if r is None:
             t = time.perf_counter()
-            r = scored[s] = result if result is not None else sim.run(s)
+            res = result if result is not None else sim.run(s)
+            r = scored[s] = (res, check_memory(sim))
             scoring[0] += time.perf_counter() - t
         return r
 
     def cost(s: Strategy) -> float:
-        r = score(s)
-        return r.iteration_time_s if r.feasible else math.inf
+        return score(s)[0].search_cost
 
     base = baselines(graph, machine)
     for m in methods:
@@ -211,13 +228,15 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
                                "stopped_on_budget": mr.stopped_on_budget}
     search_s = time.perf_counter() - t_search - (scoring[0] - scored_before)
     results = {m: score(found[m][0]) for m in methods}
-    data_t = cost(base["data"])
+    data_t = score(base["data"])[0].iteration_time_s
     for m in methods:
-        r = results[m]
+        r, f = results[m]
         t = r.iteration_time_s if r.feasible else math.inf
         rep.rows[m] = {"iteration_time_s": t, "speedup_vs_data": data_t / t if t else 0.0,
                        "bytes_moved": r.bytes_moved, "search_time_s": found[m][1],
-                       "feasible": r.feasible, "stop": stops.get(m, "")}
+                       "feasible": r.feasible, "search_cost": r.search_cost,
+                       "memory": {**f.to_dict(), "detail": f.describe()},
+                       "stop": stops.get(m, "")}
         s = found[m][0]
         rep.strategies[m] = Strategy(dict(s), graph.name, machine.name)
     rep.search_time_s = time.perf_counter() - t0

@@ -95,7 +95,9 @@ def initial_candidates(graph, machine, seed: int = 0, space: ConfigSpace | None 
 
 
 def _cost(r) -> float:
-    return r.iteration_time_s if r.feasible else math.inf
+    """What every method minimises (docs/search.md): the iteration time when
+    the strategy fits in memory, else a penalty shrinking with the overflow."""
+    return r.search_cost
 
 
 class _Walker:
