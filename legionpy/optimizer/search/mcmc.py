@@ -25,6 +25,13 @@ an accepted proposal would have to be replayed on the second). With
 ``use_delta=False`` every proposal is a full simulation instead (the
 benchmark's delta-vs-full comparison).
 
+Group moves (issue 18): with probability ``group_moves`` a proposal
+re-draws the config of a whole *tied group* instead -- the ops that share a
+parameter, such as the cells of one unrolled LSTM layer -- so a layer can
+move to its own block of devices in one step (a single cell moving alone
+is always worse, so single-op moves never find layers pipelined on
+disjoint devices). Also symmetric; evaluated by a full simulation.
+
 Chains: one per initial candidate (data parallel, the expert strategy
 (OWT for CNNs, the RNN expert for graphs with LSTM cells), a random strategy
 from the space and the elimination DP's result), run one after the other;
@@ -134,6 +141,19 @@ class _Walker:
         return c
 
 
+def _groups(graph, table: Mapping[str, list]) -> list[list[str]]:
+    """Tied groups (:func:`.elimination.tied_groups`) of two or more movable
+    ops with one config table, as op-name lists."""
+    from .elimination import tied_groups
+
+    by: dict[int, list[str]] = {}
+    for op, g in zip(graph.ops, tied_groups(graph)):
+        if op.name in table:
+            by.setdefault(g, []).append(op.name)
+    return [ns for ns in by.values() if len(ns) > 1 and len(table[ns[0]]) > 1
+            and all(table[n] == table[ns[0]] for n in ns)]
+
+
 def polish(walker: _Walker, strategy: Strategy, cost: float, table: Mapping[str, list],
            max_sweeps: int = 20, deadline: float | None = None) -> tuple[Strategy, float, int]:
     """Hill-climb over single-op changes until none improves (or ``max_sweeps``)."""
@@ -164,7 +184,8 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
          use_delta: bool = True, polish_limit: int = 4000, cost_model=None,
          simulator: Simulator | None = None, progress: ProgressFn | None = None,
          elimination: bool = True, table: Mapping[str, list] | None = None,
-         known_costs: Mapping[str, float] | None = None) -> MCMCResult:
+         known_costs: Mapping[str, float] | None = None,
+         group_moves: float = 0.25) -> MCMCResult:
     """Metropolis-Hastings search; see the module docstring.
 
     ``budget_s``: wall-clock seconds (ignored when ``iterations`` is given);
@@ -172,10 +193,13 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
     ``initial``: ``{name: Strategy}`` starting points (default
     :func:`initial_candidates`, with the elimination DP's result when
     ``elimination``); ``table``: an explicit ``{op name: configs}`` instead of
-    ``space``; ``known_costs``: simulated costs of some ``initial`` strategies
-    (by name), not simulated again. Under a wall-clock budget nothing starts
-    after the deadline (a chain, a proposal, a polishing move), so the search
-    ends within one proposal of it; ``stopped_on_budget`` says whether the
+    ``space``; ``group_moves``: the probability that a proposal re-draws
+    the config of a whole tied group (ops sharing a parameter, e.g. the cells
+    of one LSTM layer) instead of one op; ``known_costs``: simulated costs of
+    some ``initial`` strategies (by name), not simulated again. Under a
+    wall-clock budget nothing starts after the deadline (a chain, a
+    proposal, a polishing move), so the search ends within one proposal of
+    it; ``stopped_on_budget`` says whether the
     deadline, rather than convergence, ended it. Returns an
     :class:`MCMCResult` (``result``: the best strategy's SimResult)."""
     t0 = time.perf_counter()
@@ -193,6 +217,7 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
                                          graph.name, machine.name)
     table = dict(table) if table is not None else space.table(graph, machine)
     movable = [n for n, c in table.items() if len(c) > 1]
+    groups = _groups(graph, table) if group_moves > 0 else []
     walker = _Walker(sim, use_delta)
     known = dict(known_costs or {})
     names = list(initial)
@@ -242,12 +267,19 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
                 if it >= 50 and now - t_improved > 0.5 * (now - t_start):
                     break
             it += 1
-            op = movable[rng.randrange(len(movable))]
+            members = groups[rng.randrange(len(groups))] if groups and \
+                rng.random() < group_moves else None
+            op = members[0] if members else movable[rng.randrange(len(movable))]
             cfgs = table[op]
             old = walker.current[op]
             j = rng.randrange(len(cfgs) - 1) if old in cfgs else rng.randrange(len(cfgs))
             cfg = cfgs[j] if old not in cfgs or cfgs.index(old) > j else cfgs[j + 1]
-            new_cost = walker.move(op, cfg)
+            if members:  # a whole layer at once (its ops share parameters)
+                before = walker.current
+                new_cost = walker.goto(Strategy({**before, **dict.fromkeys(members, cfg)},
+                                                graph.name, machine.name))
+            else:
+                new_cost = walker.move(op, cfg)
             u = rng.random()
             if new_cost <= cur_cost or (math.isfinite(new_cost) and
                                          u < math.exp(beta * (cur_cost - new_cost))):
@@ -257,6 +289,8 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
                     cb, cb_cost, since = walker.current, new_cost, 0
                     t_improved = time.perf_counter()
                     continue
+            elif members:
+                walker.goto(before)
             else:
                 walker.move(op, old)
             since += 1
