@@ -81,8 +81,13 @@ class StopFlag:
 @contextmanager
 def deferred_interrupt(what: str) -> Iterator[StopFlag]:
     """Turn the first Ctrl-C into ``flag.requested = True`` while the block
-    runs (main thread only; elsewhere the flag is never set)."""
-    flag = StopFlag()
+    runs (main thread only; elsewhere the flag is never set). Nested blocks
+    share the outermost flag (``train`` around its ``fit`` calls)."""
+    global _active
+    if _active is not None:
+        yield _active
+        return
+    flag = _active = StopFlag()
     usable = threading.current_thread() is threading.main_thread()
     old = signal.getsignal(signal.SIGINT) if usable else None
     if old in (signal.SIG_IGN, None):
@@ -102,5 +107,9 @@ def deferred_interrupt(what: str) -> Iterator[StopFlag]:
         yield flag
         flag.close()
     finally:
+        _active = None
         if usable:
             signal.signal(signal.SIGINT, old)
+
+
+_active: StopFlag | None = None
