@@ -57,9 +57,14 @@ def is_root() -> bool:
 
 def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | None = None,
           scale: str = "small", text: bool = False, seed: int = 0, optimizer: Any = None,
-          log: Callable[[int, float], None] | None = None, **sizes: Any) -> dict[str, Any]:
+          log: Callable[[int, float], None] | None = None, predict: bool = False,
+          **sizes: Any) -> dict[str, Any]:
     """Train zoo model ``name`` for ``steps`` steps; see the module docstring.
-    ``log(step, loss)`` is called after every step (on every rank)."""
+    ``log(step, loss)`` is called after every step (on every rank).
+    ``predict``: also return the local machine model's prediction
+    (``simulated_iteration_s``, ``simulated_data_parallel_s``,
+    ``measured_iteration_s``, ``prediction_error``; the first call on a
+    machine calibrates it, ~20 s, cached)."""
     from .. import data as D
     from .. import runtime as lr
     from . import build
@@ -88,7 +93,7 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     end = time.perf_counter()
     timed, span = (steps - 1, end - t1) if steps > 1 else (steps, end - t0)
     rt = lr.get_runtime()
-    sim = _simulated(model, len(rt.devices))
+    sim = _simulated(model, span / max(timed, 1)) if predict else {}
     return {**sim, "model": name, "strategy": strategy if isinstance(strategy, str) else "given",
             "steps": steps, "batch_size": b, "devices": len(rt.devices),
             "ranks": 1 + max(d.rank for d in rt.devices), "parameters": model.num_parameters(),
@@ -96,17 +101,24 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
             "samples_per_s": timed * b / max(span, 1e-9), "seconds": end - t0}
 
 
-def _simulated(model: Any, devices: int) -> dict[str, float]:
-    """The simulator's prediction (analytic costs, this machine's devices) for
-    the strategy that ran and for data parallelism, so a user sees what the
-    search expected next to what was measured."""
-    from ..optimizer import Machine, Simulator, Strategy
+def _simulated(model: Any, measured_s: float) -> dict[str, float]:
+    """The local machine model's prediction (:func:`legionpy.measure.predict`:
+    this job's devices, the contended kernel costs and the runtime's calibrated
+    overhead -- what ``simulate --compare`` uses) for the strategy that ran and
+    for data parallelism, next to the measured seconds per step, so a user sees
+    what the search expected and what happened. Collective under MPI."""
+    from ..measure import predict
+    from ..optimizer import Machine, Strategy
+    from ..optimizer.fidelity import relative_error
 
-    machine = Machine.local(devices)
-    sim = Simulator(model.graph, machine)
-    return {"simulated_iteration_s": sim.simulate(model.strategy),
-            "simulated_data_parallel_s": sim.simulate(
-                Strategy.data_parallel(model.graph, machine))}
+    machine = Machine.local()
+    mine = predict(model.graph, model.strategy, machine)["iteration_time_s"]
+    data = Strategy.data_parallel(model.graph, machine)
+    dp = mine if data == model.strategy else predict(model.graph, data,
+                                                     machine)["iteration_time_s"]
+    return {"simulated_iteration_s": mine, "simulated_data_parallel_s": dp,
+            "measured_iteration_s": measured_s,
+            "prediction_error": relative_error(mine, measured_s)}
 
 
 def add_train_arguments(p: Any, steps: int = 30) -> None:
@@ -142,12 +154,12 @@ def parse_sizes(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def train_from_args(name: str, args: Any, log: Callable[[int, float], None] | None = None
-                    ) -> dict[str, Any]:
+def train_from_args(name: str, args: Any, log: Callable[[int, float], None] | None = None,
+                    predict: bool = False) -> dict[str, Any]:
     """:func:`train` with :func:`add_train_arguments`' values."""
     from ..nn import Adam
 
     opt = Adam(lr=args.lr) if args.lr else None
     return train(name, strategy=args.strategy, steps=args.steps, batch_size=args.batch_size,
                  scale=args.scale, text=args.text, seed=args.seed, optimizer=opt, log=log,
-                 **parse_sizes(args.size))
+                 predict=predict, **parse_sizes(args.size))
