@@ -32,7 +32,9 @@ def _train(args) -> dict:
     if args.model not in MODELS:
         raise ModelError(f"unknown model {args.model!r}; the zoo has {sorted(MODELS)}")
     start_runtime(args.devices)
-    r = train_from_args(args.model, args, predict=True)
+    from ..measure import train_prediction
+
+    r = train_from_args(args.model, args, predict=train_prediction)
     losses = r["losses"]
     every = max(1, len(losses) // 10)
     shown = ", ".join(f"{i}:{losses[i]:.3f}" for i in range(0, len(losses), every))

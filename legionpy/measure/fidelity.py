@@ -41,7 +41,8 @@ from ..optimizer.fidelity import (
 )
 from ..optimizer.machine import Machine
 
-__all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "LOCAL_COST"]
+__all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "train_prediction",
+           "LOCAL_COST"]
 
 #: the cost model of the local machine model's predictions (``simulate
 #: --compare``, ``legionpy train``, the benches): tile kernels timed on this
@@ -185,6 +186,23 @@ def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_CO
     else:
         ovh = overhead
     return _bcast(simulate_strategy(graph, machine, strategy, cost, ovh))
+
+
+def train_prediction(model: Any, measured_s: float) -> dict[str, float]:
+    """What ``legionpy train`` prints next to its measurement: :func:`predict`
+    for the compiled ``model``'s strategy and for data parallelism on this
+    job's devices (``simulated_iteration_s``, ``simulated_data_parallel_s``),
+    ``measured_iteration_s`` and the ``prediction_error``. Collective under MPI."""
+    from ..optimizer import Strategy
+
+    machine = Machine.local()
+    mine = predict(model.graph, model.strategy, machine)["iteration_time_s"]
+    data = Strategy.data_parallel(model.graph, machine)
+    dp = mine if data == model.strategy else predict(model.graph, data,
+                                                     machine)["iteration_time_s"]
+    return {"simulated_iteration_s": mine, "simulated_data_parallel_s": dp,
+            "measured_iteration_s": measured_s,
+            "prediction_error": relative_error(mine, measured_s)}
 
 
 def compare(model: Any, strategy: Any = "data", *, scale: str = "small",

@@ -9,7 +9,8 @@ returns a plain dict (what ``--json`` prints):
 
 ``{"model", "strategy", "steps", "batch_size", "devices", "ranks",
 "parameters", "first_loss", "final_loss", "losses", "samples_per_s",
-"seconds"}``; ``samples_per_s`` counts the steps after the first (which
+"seconds", "measured_iteration_s"}``; ``samples_per_s`` and
+``measured_iteration_s`` (seconds per step) count the steps after the first (which
 pays for first-touch allocation), or all of them when there is one step.
 
 Every MPI rank runs the same calls (control replication) and gets the same
@@ -57,14 +58,13 @@ def is_root() -> bool:
 
 def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | None = None,
           scale: str = "small", text: bool = False, seed: int = 0, optimizer: Any = None,
-          log: Callable[[int, float], None] | None = None, predict: bool = False,
-          **sizes: Any) -> dict[str, Any]:
+          log: Callable[[int, float], None] | None = None,
+          predict: Callable[[Any, float], dict] | None = None, **sizes: Any) -> dict[str, Any]:
     """Train zoo model ``name`` for ``steps`` steps; see the module docstring.
     ``log(step, loss)`` is called after every step (on every rank).
-    ``predict``: also return the local machine model's prediction
-    (``simulated_iteration_s``, ``simulated_data_parallel_s``,
-    ``measured_iteration_s``, ``prediction_error``; the first call on a
-    machine calibrates it, ~20 s, cached)."""
+    ``predict(model, measured seconds per step) -> dict``: merged into the
+    result (``legionpy train`` passes :func:`legionpy.measure.train_prediction`,
+    the local machine model's prediction next to the measurement)."""
     from .. import data as D
     from .. import runtime as lr
     from . import build
@@ -93,32 +93,13 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     end = time.perf_counter()
     timed, span = (steps - 1, end - t1) if steps > 1 else (steps, end - t0)
     rt = lr.get_runtime()
-    sim = _simulated(model, span / max(timed, 1)) if predict else {}
+    sim = predict(model, span / max(timed, 1)) if predict is not None else {}
     return {**sim, "model": name, "strategy": strategy if isinstance(strategy, str) else "given",
             "steps": steps, "batch_size": b, "devices": len(rt.devices),
             "ranks": 1 + max(d.rank for d in rt.devices), "parameters": model.num_parameters(),
             "first_loss": losses[0], "final_loss": losses[-1], "losses": losses,
-            "samples_per_s": timed * b / max(span, 1e-9), "seconds": end - t0}
-
-
-def _simulated(model: Any, measured_s: float) -> dict[str, float]:
-    """The local machine model's prediction (:func:`legionpy.measure.predict`:
-    this job's devices, the contended kernel costs and the runtime's calibrated
-    overhead -- what ``simulate --compare`` uses) for the strategy that ran and
-    for data parallelism, next to the measured seconds per step, so a user sees
-    what the search expected and what happened. Collective under MPI."""
-    from ..measure import predict
-    from ..optimizer import Machine, Strategy
-    from ..optimizer.fidelity import relative_error
-
-    machine = Machine.local()
-    mine = predict(model.graph, model.strategy, machine)["iteration_time_s"]
-    data = Strategy.data_parallel(model.graph, machine)
-    dp = mine if data == model.strategy else predict(model.graph, data,
-                                                     machine)["iteration_time_s"]
-    return {"simulated_iteration_s": mine, "simulated_data_parallel_s": dp,
-            "measured_iteration_s": measured_s,
-            "prediction_error": relative_error(mine, measured_s)}
+            "samples_per_s": timed * b / max(span, 1e-9), "seconds": end - t0,
+            "measured_iteration_s": span / max(timed, 1)}
 
 
 def add_train_arguments(p: Any, steps: int = 30) -> None:
@@ -155,7 +136,7 @@ def parse_sizes(pairs: list[str]) -> dict[str, Any]:
 
 
 def train_from_args(name: str, args: Any, log: Callable[[int, float], None] | None = None,
-                    predict: bool = False) -> dict[str, Any]:
+                    predict: Callable[[Any, float], dict] | None = None) -> dict[str, Any]:
     """:func:`train` with :func:`add_train_arguments`' values."""
     from ..nn import Adam
 
