@@ -342,9 +342,11 @@ class Machine:
 
         runtime_devices = get_runtime().devices
         job = describe_job(refresh)
-        cpu = cpu_figures(refresh)
-        if launched_under_mpi():  # every rank must build the same machine
-            cpu = cluster().coll.bcast(cpu, root=0)
+        if launched_under_mpi():  # rank 0 measures (or reads): every rank builds its machine
+            coll = cluster().coll
+            cpu = coll.bcast(cpu_figures(refresh) if coll.Get_rank() == 0 else None, root=0)
+        else:
+            cpu = cpu_figures(refresh)
         flops = cpu["flops"]
         figures = job["links"]
         hosts = job["hosts"]
