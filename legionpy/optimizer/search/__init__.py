@@ -38,6 +38,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..memory import check as check_memory
+from ..memory import format_bytes
 from ..simulator import Simulator
 from ..strategy import Strategy
 from .baselines import baselines, expert_name
@@ -76,7 +78,9 @@ class SearchReport:
 
     @property
     def best(self) -> str:
-        return min(self.rows, key=lambda n: (self.rows[n]["iteration_time_s"],
+        """The fastest feasible method; when none fits, the one with the
+        smallest memory overflow (:func:`legionpy.optimizer.memory.search_cost`)."""
+        return min(self.rows, key=lambda n: (self.rows[n]["search_cost"],
                                              list(self.rows).index(n)))
 
     @property
@@ -86,18 +90,29 @@ class SearchReport:
     def to_json(self) -> dict:
         return {"model": self.graph, "machine": self.machine,
                 "search_time_s": self.search_time_s,
-                "strategies": {n: dict(r) for n, r in self.rows.items()}, "best": self.best}
+                "strategies": {n: dict(r) for n, r in self.rows.items()}, "best": self.best,
+                "infeasible": {n: r["memory"] for n, r in self.rows.items()
+                               if not r["feasible"]}}
 
     def table(self) -> str:
         head = (f"{'method':<12} {'iter time (ms)':>15} {'vs data':>8} {'moved (MB)':>11} "
                 f"{'search (s)':>10}")
+        head += f"  {'peak memory':>11}"
         lines = [f"{self.graph} on {self.machine}", head, "-" * len(head)]
+        over = []
         for n, r in self.rows.items():
             t = r["iteration_time_s"]
             ts = "infeasible" if not math.isfinite(t) else f"{t * 1e3:.3f}"
             sp = r["speedup_vs_data"]
+            mem = r["memory"]
             lines.append(f"{n:<12} {ts:>15} {sp:>7.2f}x {r['bytes_moved'] / 1e6:>11.1f} "
-                         f"{r['search_time_s']:>10.2f}")
+                         f"{r['search_time_s']:>10.2f}  {format_bytes(mem['max_peak_bytes']):>11}")
+            if not r["feasible"]:
+                over.append(f"  {n}: out of memory by {format_bytes(mem['over_bytes'])} "
+                            f"({mem['detail']})")
+        if over:
+            lines.append("infeasible (simulated peak memory above device capacity):")
+            lines += over
         lines.append(f"best: {self.best}   total search time {self.search_time_s:.1f} s")
         return "\n".join(lines)
 
@@ -158,18 +173,21 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
         found["mcmc"] = (mr.strategy, time.perf_counter() - t1 + dp.search_time_s)
         rep.details["mcmc"] = {"iterations": mr.iterations, "accepted": mr.accepted,
                                "chains": mr.chains, "polish_moves": mr.polish_moves}
-    results = {}
+    results, fits = {}, {}
     for m in methods:
         s, _ = found[m]
         results[m] = sim.run(s)
+        fits[m] = check_memory(sim)
     data_t = results["data"].iteration_time_s if "data" in results else \
         sim.run(Strategy.data_parallel(graph, machine)).iteration_time_s
     for m in methods:
         r = results[m]
         t = r.iteration_time_s if r.feasible else math.inf
+        f = fits[m]
         rep.rows[m] = {"iteration_time_s": t, "speedup_vs_data": data_t / t if t else 0.0,
                        "bytes_moved": r.bytes_moved, "search_time_s": found[m][1],
-                       "feasible": r.feasible}
+                       "feasible": r.feasible, "search_cost": r.search_cost,
+                       "memory": {**f.to_dict(), "detail": f.describe()}}
         s = found[m][0]
         rep.strategies[m] = Strategy(dict(s), graph.name, machine.name)
     rep.search_time_s = time.perf_counter() - t0
