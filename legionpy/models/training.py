@@ -9,7 +9,8 @@ returns a plain dict (what ``--json`` prints):
 
 ``{"model", "strategy", "steps", "batch_size", "devices", "ranks",
 "parameters", "first_loss", "final_loss", "losses", "samples_per_s",
-"seconds"}``; ``samples_per_s`` counts the steps after the first (which
+"seconds", "measured_iteration_s"}``; ``samples_per_s`` and
+``measured_iteration_s`` (seconds per step) count the steps after the first (which
 pays for first-touch allocation), or all of them when there is one step.
 
 Every MPI rank runs the same calls (control replication) and gets the same
@@ -57,11 +58,15 @@ def is_root() -> bool:
 
 def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | None = None,
           scale: str = "small", text: bool = False, seed: int = 0, optimizer: Any = None,
-          log: Callable[[int, float], None] | None = None, checkpoint: str | None = None,
+          log: Callable[[int, float], None] | None = None,
+          predict: Callable[[Any, float], dict] | None = None, checkpoint: str | None = None,
           checkpoint_every: int | None = None, progress: bool = False,
           **sizes: Any) -> dict[str, Any]:
     """Train zoo model ``name`` for ``steps`` steps; see the module docstring.
     ``log(step, loss)`` is called after every step (on every rank).
+    ``predict(model, measured seconds per step) -> dict``: merged into the
+    result (``legionpy train`` passes :func:`legionpy.measure.train_prediction`,
+    the local machine model's prediction next to the measurement).
 
     ``checkpoint``: resume from this file when it exists (the run continues
     at the saved step, exactly; pass the same arguments as the first run)
@@ -94,42 +99,33 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     verbose = int(progress and lr.get_runtime().rank == 0)
     # The first step alone (it pays for first-touch allocation), then the
     # rest in one fit call so each step's launch overlaps the previous one.
-    t0 = time.perf_counter()
-    if start == 0:
-        model.fit([x[:b] for x in xs], y[:b], epochs=1, verbose=0, shuffle=False,
-                  on_step=on_step, **ck)
-    t1 = time.perf_counter()
-    done = max(start, 1)
-    if steps > done:
-        model._batch = 0  # the batches left are sliced here: x[done * b:]
-        model.fit([x[done * b:] for x in xs], y[done * b:], epochs=1, verbose=verbose,
-                  shuffle=False, on_step=on_step, **ck)
+    from ..interrupt import deferred_interrupt
+
+    with deferred_interrupt("train"):  # Ctrl-C between the fits stops the next one
+        t0 = time.perf_counter()
+        if start == 0:
+            model.fit([x[:b] for x in xs], y[:b], epochs=1, verbose=0, shuffle=False,
+                      on_step=on_step, **ck)
+        t1 = time.perf_counter()
+        done = max(start, 1)
+        if steps > done:
+            model._batch = 0  # the batches left are sliced here: x[done * b:]
+            model.fit([x[done * b:] for x in xs], y[done * b:], epochs=1, verbose=verbose,
+                      shuffle=False, on_step=on_step, **ck)
     lr.fence()
     end = time.perf_counter()
     ran = len(losses)
     timed, span = (ran - 1, end - t1) if start == 0 and ran > 1 else (ran, end - t0)
     rt = lr.get_runtime()
-    sim = _simulated(model, len(rt.devices))
+    sim = predict(model, span / max(timed, 1)) if predict is not None else {}
     return {**sim, "model": name, "strategy": strategy if isinstance(strategy, str) else "given",
             "steps": steps, "batch_size": b, "devices": len(rt.devices),
             "ranks": 1 + max(d.rank for d in rt.devices), "parameters": model.num_parameters(),
             "resumed_from_step": start, "checkpoint": checkpoint,
             "first_loss": losses[0] if losses else None,
             "final_loss": losses[-1] if losses else None, "losses": losses,
-            "samples_per_s": timed * b / max(span, 1e-9), "seconds": end - t0}
-
-
-def _simulated(model: Any, devices: int) -> dict[str, float]:
-    """The simulator's prediction (analytic costs, this machine's devices) for
-    the strategy that ran and for data parallelism, so a user sees what the
-    search expected next to what was measured."""
-    from ..optimizer import Machine, Simulator, Strategy
-
-    machine = Machine.local(devices)
-    sim = Simulator(model.graph, machine)
-    return {"simulated_iteration_s": sim.simulate(model.strategy),
-            "simulated_data_parallel_s": sim.simulate(
-                Strategy.data_parallel(model.graph, machine))}
+            "samples_per_s": timed * b / max(span, 1e-9), "seconds": end - t0,
+            "measured_iteration_s": span / max(timed, 1)}
 
 
 def add_train_arguments(p: Any, steps: int = 30) -> None:
@@ -182,6 +178,7 @@ def parse_sizes(pairs: list[str]) -> dict[str, Any]:
 
 
 def train_from_args(name: str, args: Any, log: Callable[[int, float], None] | None = None,
+                    predict: Callable[[Any, float], dict] | None = None,
                     progress: bool = False) -> dict[str, Any]:
     """:func:`train` with :func:`add_train_arguments`' values."""
     from ..nn import Adam
@@ -191,4 +188,4 @@ def train_from_args(name: str, args: Any, log: Callable[[int, float], None] | No
                  scale=args.scale, text=args.text, seed=args.seed, optimizer=opt, log=log,
                  checkpoint=getattr(args, "checkpoint", None),
                  checkpoint_every=getattr(args, "checkpoint_every", None),
-                 progress=progress, **parse_sizes(args.size))
+                 predict=predict, progress=progress, **parse_sizes(args.size))
