@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from ..atomic import atomic_write_json as _atomic_write_json
 from ..errors import StrategyError
 
-__all__ = ["ParallelConfig", "Strategy", "atomic_write_json", "largest_divisor"]
+__all__ = ["ParallelConfig", "Strategy", "atomic_write_json", "largest_divisor",
+           "megatron_pairs"]
 
 
 def atomic_write_json(path: str, obj) -> None:
@@ -295,6 +296,43 @@ class Strategy(Mapping[str, ParallelConfig]):
             out[op.name] = _split_first(op, ("sample", "parameter"), devs)
         return cls(out, graph.name, machine.name)
 
+    @classmethod
+    def megatron(cls, graph, machine, num_devices: int | None = None) -> Strategy:
+        """Megatron-LM's tensor parallelism for MLP blocks (Shoeybi et al. 2019,
+        section 3): in every :func:`megatron_pairs` pair the first dense layer is
+        split by output columns over the devices and the second by rows -- a
+        reduction split (``ParallelConfig.reduce``) on the same devices, so row
+        slice ``r`` reads column tile ``r`` where it lives and the partial
+        outputs are summed (``Reduce("+")``); every other op is data parallel."""
+        n = num_devices or machine.num_devices
+        out = dict(cls.data_parallel(graph, machine, n))
+        for first, second in megatron_pairs(graph):
+            units = first.output_shape[-1]
+            k = largest_divisor(units, n)
+            if k < 2 or second.reduce_extent() % k:
+                continue
+            nd = len(first.output_shape)
+            out[first.name] = ParallelConfig.along(nd, nd - 1, k, range(k))
+            out[second.name] = ParallelConfig((1,) * len(second.output_shape), tuple(range(k)), k)
+        return cls(out, graph.name, machine.name)
+
+
+def megatron_pairs(graph) -> list[tuple]:
+    """``(first, second)`` dense pairs of Megatron-LM's MLP: ``second`` has no
+    fused activation (a reduction dim, :meth:`Operator.reduce_extent`) and
+    reads ``first``'s output, which nothing else reads."""
+    readers: dict[int, int] = {}
+    for op in graph.ops:
+        for r in op.inputs:
+            readers[r.op.index] = readers.get(r.op.index, 0) + 1
+    out = []
+    for op in graph.ops:
+        if op.kind == "dense" and op.reduce_extent() and op.inputs[0].view is None:
+            first = op.inputs[0].op
+            if first.kind == "dense" and readers.get(first.index) == 1:
+                out.append((first, op))
+    return out
+
 
 def _split_first(op, labels, devs) -> ParallelConfig:
     """Split the first dim whose label comes first in ``labels`` by the largest
@@ -309,4 +347,5 @@ def _split_first(op, labels, devs) -> ParallelConfig:
 
 
 #: strategy names a user can type -> Strategy constructor
-NAMED = {"data": "data_parallel", "model": "model_parallel", "owt": "owt", "expert": "expert"}
+NAMED = {"data": "data_parallel", "model": "model_parallel", "owt": "owt", "expert": "expert",
+         "megatron": "megatron"}

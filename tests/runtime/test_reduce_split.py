@@ -63,3 +63,34 @@ def test_reduce_configs_are_validated_and_saved():
     assert "reduce" not in s.to_dict()["ops"]["ff1"]
     t = Simulator(g, m).simulate(s)
     assert 0 < t < float("inf")
+
+
+def test_megatron_strategy_runs_the_zoo_transformer():
+    """The named "megatron" strategy on the (small) zoo Transformer: every
+    encoder MLP column-split then row-split; it simulates, compiles by name,
+    trains, and gives data parallelism's parameters."""
+    import legionpy as lp
+    from legionpy import models
+
+    g = models.transformer(scale="small").graph
+    s = Strategy.megatron(g, Machine.local(2))
+    assert s["enc0.ff1"].degrees[-1] == 2 and s["enc0.ff2"].reduce == 2
+    assert s["enc1.ff2"].devices == (0, 1)
+    assert 0 < Simulator(g, Machine.local(2)).simulate(s) < float("inf")
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 32, (8, 8)).astype(np.int32)
+    y = rng.integers(0, 32, (8, 8))
+    params = {}
+    for spec in ("data", "megatron"):
+        lp.init(cpus=2)
+        try:
+            m = models.transformer(scale="small", seed=0)
+            m.compile(optimizer=lp.nn.SGD(lr=0.1), strategy=spec)
+            assert m.strategy["enc0.ff2"].reduce == (2 if spec == "megatron" else 1)
+            m.fit(x, y, epochs=2, verbose=0, shuffle=False)
+            params[spec] = m.parameters()
+        finally:
+            lp.runtime.shutdown()
+    for name, value in params["data"].items():
+        np.testing.assert_allclose(params["megatron"][name], value, rtol=2e-4, atol=1e-6,
+                                   err_msg=name)
