@@ -38,6 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...geometry import Rect
+from ...placement import update_shards
 from ..costmodel import AnalyticCostModel, CostModel
 
 __all__ = ["AdditiveCosts"]
@@ -149,12 +150,13 @@ class AdditiveCosts:
                 if not wr.empty:
                     groups.setdefault(wr, []).append(dev)
             for rect, devs in groups.items():
-                home = devs[0]
-                nb = float(rect.volume * item)
-                t = self.cost.update_time(p, rect, self.machine.devices[home])
-                for d in set(devs):
-                    t += self.copy_seconds(nb, d, home) + self.copy_seconds(nb, home, d)
-                per_home[home] = per_home.get(home, 0.0) + t / self.users[id(p)]
+                users = tuple(dict.fromkeys(devs))
+                for srect, home in update_shards(rect, users, item):  # as the task graph
+                    nb = float(srect.volume * item)
+                    t = self.cost.update_time(p, srect, self.machine.devices[home])
+                    for d in users:
+                        t += self.copy_seconds(nb, d, home) + self.copy_seconds(nb, home, d)
+                    per_home[home] = per_home.get(home, 0.0) + t / self.users[id(p)]
         r = self._sync[k] = max(per_home.values()) if per_home else 0.0
         return r
 
