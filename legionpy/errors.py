@@ -23,6 +23,7 @@ __all__ = [
     "ModelError",
     "RankMismatchError",
     "CheckpointError",
+    "DeviceError",
     "Interrupted",
 ]
 
@@ -71,6 +72,11 @@ class MappingError(LegionpyError, ValueError):
 
 class MachineError(LegionpyError, ValueError):
     """A machine description with a bad field or an unreachable device."""
+
+
+class DeviceError(LegionpyError, RuntimeError):
+    """An array used on the wrong GPU (not the current device, or mixed with
+    another device's or the host's array): what a real GPU run would reject."""
 
 
 class StrategyError(LegionpyError, ValueError):

@@ -73,6 +73,7 @@ from .. import runtime as lr
 from ..errors import ModelError
 from ..mapper import StrategyMapper, update_points, weight_tiles
 from ..ops.execute import Tile, check_tiling, loss_gradient, tile_backward, tile_forward
+from ..ops.kernels.common import like
 from ..regions import RW, WD, Partition, R, Reduce, Region
 from ..runtime import LaunchOptions, TaskFunction
 from .init import initial_value
@@ -183,7 +184,7 @@ class OpPlan:
         if self.ex.standin is not None:
             return _stand_in(self.ex, f"F:{self.op.name}[{k}]")
         if data is not None:
-            out.val[...] = data[out.rect.lo[0]]
+            out.val[...] = like(data[out.rect.lo[0]], out.val)
             return
         t0 = time.perf_counter()
         t = self._tile(out, views, k, True, training=training, step=step)
@@ -209,6 +210,7 @@ class OpPlan:
         if self.is_last:
             ex = self.ex
             tt = target[t.out.to_slices()[:-1]] if ex.sparse else target[t.out.to_slices()]
+            tt = like(tt, y)  # host targets to the tile's device
             loss, g, of_input = loss_gradient(ex.loss, op, t.out, y, tt, ex.batch)
             result = {"loss": loss, **metric_sums(ex.metrics, y, tt, ex.sparse, ex.features)}
             if of_input:

@@ -257,17 +257,19 @@ class _BatchNorm:
         buf = t.buffers
         c = op.output_shape[1]
         if "running_mean" not in buf:
-            buf["running_mean"] = np.zeros(c, np.float32)
+            buf["running_mean"] = np.zeros(c, np.float32)  # host: shared by every device
             buf["running_var"] = np.ones(c, np.float32)
         rm, rv = buf["running_mean"], buf["running_var"]
         if t.training:
             y, cache, (m, v, n) = K.batch_norm_forward(t.xs[0], t.ws["gamma"], t.ws["beta"])
             if t.out.lo[0] == 0:
-                rm[c0:c1], rv[c0:c1] = K.batch_norm_update_running(rm[c0:c1], rv[c0:c1], m, v,
-                                                                   n)
+                rm[c0:c1], rv[c0:c1] = K.batch_norm_update_running(
+                    rm[c0:c1], rv[c0:c1], K.to_numpy(m), K.to_numpy(v), n)
         else:
-            y, cache, _ = K.batch_norm_forward(t.xs[0], t.ws["gamma"], t.ws["beta"],
-                                               rm[c0:c1], rv[c0:c1], training=False)
+            x = t.xs[0]
+            y, cache, _ = K.batch_norm_forward(x, t.ws["gamma"], t.ws["beta"],
+                                               K.like(rm[c0:c1], x), K.like(rv[c0:c1], x),
+                                               training=False)
         t.cache["bn"] = cache
         return K.apply_activation_("relu" if op.attrs.get("relu") else None, y)
 
@@ -283,7 +285,8 @@ class _BatchNorm:
 class _Reshape:
     @staticmethod
     def forward(op, t):
-        return np.ascontiguousarray(t.xs[0]).reshape(t.out.shape)
+        x = t.xs[0]
+        return K.array_module(x).ascontiguousarray(x).reshape(t.out.shape)
 
     @staticmethod
     def backward(op, t, y, dy):
@@ -306,14 +309,14 @@ class _Concat:
 
     @staticmethod
     def forward(op, t):
-        y = np.empty(t.out.shape, t.xs[0].dtype)
+        y = K.array_module(t.xs[0]).empty(t.out.shape, t.xs[0].dtype)
         for i, sl in _Concat._pieces(op, t):
             y[sl] = t.xs[i]
         return y
 
     @staticmethod
     def backward(op, t, y, dy):
-        dxs = [np.zeros(x.shape, dy.dtype) for x in t.xs]
+        dxs = [K.array_module(dy).zeros(x.shape, dy.dtype) for x in t.xs]
         for i, sl in _Concat._pieces(op, t):
             dxs[i] = dy[sl]
         return dxs, {}
@@ -381,9 +384,10 @@ class _Embedding:
     @staticmethod
     def backward(op, t, y, dy):
         w = t.ws["weight"]
-        dw = np.zeros(w.shape, dy.dtype)
+        xp = K.array_module(dy)
+        dw = xp.zeros(w.shape, dy.dtype)
         ids = t.xs[0].astype(np.int64, copy=False).reshape(-1)
-        K.scatter_add(np, dw, ids, dy.reshape(-1, w.shape[1]))
+        K.scatter_add(xp, dw, ids, dy.reshape(-1, w.shape[1]))
         return [None], {"weight": dw}
 
 
@@ -405,11 +409,11 @@ class _LSTM:
             h_prev, c_prev = t.xs[1][:, 0], t.xs[1][:, 1, t.out.lo[2]:t.out.hi[2]]
             z += h_prev @ t.ws["w_hh"].reshape(4 * hs, units).T
         else:
-            h_prev, c_prev = None, np.zeros((n, hs), x.dtype)
+            h_prev, c_prev = None, K.array_module(x).zeros((n, hs), x.dtype)
         z += t.ws["bias"].reshape(-1)
         h, c, tanh_c = _activate(z, c_prev)
         t.cache["lstm"] = (h_prev, z, c_prev, tanh_c)
-        y = np.empty(t.out.shape, x.dtype)
+        y = K.array_module(x).empty(t.out.shape, x.dtype)
         y[:, 0], y[:, 1] = h, c
         return y
 
@@ -418,17 +422,17 @@ class _LSTM:
         h_prev, gates, c_prev, tanh_c = t.cache["lstm"]
         x = t.xs[0]
         hs, units = t.out.shape[2], op.attrs["units"]
-        dz = np.empty_like(gates)
+        dz = K.array_module(gates).empty_like(gates)
         dc_prev = _dgates(dy[:, 0], dy[:, 1], gates, c_prev, tanh_c, dz)
         w_ih = t.ws["w_ih"].reshape(4 * hs, -1)
         dws = {"w_ih": (dz.T @ x).reshape(4, hs, -1), "bias": dz.sum(axis=0).reshape(4, hs)}
         dxs = [dz @ w_ih if t.need(0) else None]
         if h_prev is None:
-            dws["w_hh"] = np.zeros(t.ws["w_hh"].shape, dy.dtype)
+            dws["w_hh"] = K.array_module(dy).zeros(t.ws["w_hh"].shape, dy.dtype)
         else:
             w_hh = t.ws["w_hh"].reshape(4 * hs, units)
             dws["w_hh"] = (dz.T @ h_prev).reshape(4, hs, units)
-            ds = np.zeros(t.xs[1].shape, dy.dtype)
+            ds = K.array_module(dy).zeros(t.xs[1].shape, dy.dtype)
             ds[:, 0] = dz @ w_hh
             ds[:, 1, t.out.lo[2]:t.out.hi[2]] = dc_prev
             dxs.append(ds)

@@ -254,10 +254,6 @@ class Runtime:
             views, prologues, ids = self._analyze(op_id, reqs, rargs, dev, mems, dep_ops, task)
             dep_ids = ids.union(dep_ids)
         fn = task.fn
-        if dev.kind == "gpu":
-            from .gpu import on_device
-
-            fn = on_device(fn, dev)
 
         def body(op: Op) -> Any:
             a = list(args)
@@ -286,6 +282,10 @@ class Runtime:
                         "WD for fields it writes") from exc
                 raise
 
+        if dev.kind == "gpu":  # prologue, views and body on the task's GPU
+            from .gpu import on_device
+
+            body = on_device(body, dev)
         op = Op(op_id, options.kind, name, dev.id, body, point, index, options.tag)
         op.rank = dev.rank
         if dev.rank != self.rank:

@@ -29,11 +29,20 @@ Copies:
   which the sender's copy op completes (the source may be overwritten);
 - across nodes: MPI through host buffers (``cupy.asnumpy`` / ``.set``);
   ``LEGIONPY_CUDA_AWARE=1`` is reserved for CUDA-aware MPI builds.
-``LEGIONPY_CUDA_IPC=0`` turns IPC off (host staging instead).
+``LEGIONPY_CUDA_IPC=0`` turns IPC off (host staging instead). Handles are
+opened once per (peer instance) and closed at shutdown (:func:`close_all`).
+
+Backends: every CuPy call goes through :func:`backend`, a small interface
+(``Device``, ``alloc``, ``asnumpy``, ``asarray``, ``ipc_handle``,
+``ipc_open``, ``ipc_close``) served by CuPy or, with
+``LEGIONPY_GPU_BACKEND=emulated``, by runtime/emugpu.py (numpy arrays tagged
+with their device, raising on wrong-device use), so CI runs this whole path
+on 2-4 emulated GPUs (``LEGIONPY_GPUS=n``, default 2 there).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import os
@@ -42,18 +51,105 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import MachineError
+
 __all__ = ["gpus_per_rank", "ordinal", "on_device", "zeros", "copy_to", "copy_into",
-           "to_host", "from_host", "ipc_possible", "ipc_send", "ipc_recv", "visible_gpus"]
+           "to_host", "from_host", "ipc_possible", "ipc_send", "ipc_recv", "visible_gpus",
+           "backend", "on_array", "close_all", "is_gpu"]
 
 _base = 0  # local_rank * gpus per rank, set by gpus_per_rank
 _visible: int | None = None
 _handles_sent: set = set()
 _handles_open: dict = {}
+_backend: Any = None
+
+
+def backend_name() -> str:
+    """``emulated`` or ``cupy`` (``LEGIONPY_GPU_BACKEND``, default cupy)."""
+    name = os.environ.get("LEGIONPY_GPU_BACKEND", "cupy").strip().lower() or "cupy"
+    if name not in ("cupy", "emulated"):
+        raise MachineError(f"LEGIONPY_GPU_BACKEND must be 'cupy' or 'emulated', got {name!r}")
+    return name
+
+
+class _Cupy:
+    """The backend interface served by CuPy."""
+
+    name = "cupy"
+
+    def __init__(self) -> None:
+        import cupy
+
+        self.cp = cupy
+        self.Device = cupy.cuda.Device
+        self.asnumpy = cupy.asnumpy
+        self.asarray = cupy.asarray
+        self.array_type = cupy.ndarray
+        self._ptrs: dict[int, int] = {}
+
+    def alloc(self, k: int, shape: tuple, dtype: Any, ipc: bool = False) -> Any:
+        cp = self.cp
+        dtype = np.dtype(dtype)
+        nbytes = max(int(np.prod(shape)) * dtype.itemsize, 1)
+        with cp.cuda.Device(k):
+            mem = cp.cuda.Memory(nbytes)  # not the pool: an IPC handle points at the array
+            arr = cp.ndarray(shape, dtype, cp.cuda.MemoryPointer(mem, 0))
+            arr.fill(0)
+        return arr
+
+    def ipc_handle(self, a: Any) -> Any:
+        return self.cp.cuda.runtime.ipcGetMemHandle(a.data.ptr)
+
+    def ipc_open(self, handle: Any, k: int, nbytes: int) -> Any:
+        cp = self.cp
+        with cp.cuda.Device(k):
+            ptr = cp.cuda.runtime.ipcOpenMemHandle(handle)
+            mem = cp.cuda.UnownedMemory(ptr, nbytes, None, k)
+            raw = cp.ndarray((nbytes,), np.uint8, cp.cuda.MemoryPointer(mem, 0))
+        self._ptrs[id(raw)] = ptr
+        return raw
+
+    def ipc_close(self, raw: Any) -> None:
+        ptr = self._ptrs.pop(id(raw), None)
+        if ptr is not None:
+            with self.cp.cuda.Device(raw.device.id):
+                self.cp.cuda.runtime.ipcCloseMemHandle(ptr)
+
+
+class _Emulated:
+    """The backend interface served by runtime/emugpu.py."""
+
+    name = "emulated"
+
+    def __init__(self) -> None:
+        from . import emugpu
+
+        self.emu = emugpu
+        self.Device = emugpu.Device
+        self.asnumpy = emugpu.xp.asnumpy
+        self.asarray = emugpu.xp.asarray
+        self.array_type = emugpu.EmuArray
+        self.alloc = emugpu.alloc
+        self.ipc_handle = emugpu.ipc_handle
+        self.ipc_open = emugpu.ipc_open
+        self.ipc_close = emugpu.ipc_close
+
+
+def backend() -> Any:
+    """The GPU array backend (CuPy, or the emulated one)."""
+    global _backend
+    if _backend is None or _backend.name != backend_name():
+        _backend = _Emulated() if backend_name() == "emulated" else _Cupy()
+    return _backend
 
 
 def visible_gpus() -> int:
-    """Number of CUDA devices CuPy sees (0 without CuPy or a driver)."""
+    """Number of CUDA devices CuPy sees (0 without CuPy or a driver); with the
+    emulated backend, ``LEGIONPY_GPUS`` (default 2)."""
     global _visible
+    if backend_name() == "emulated":
+        env = os.environ.get("LEGIONPY_GPUS", "").strip()
+        return int(env) if env.isdigit() else 2
     if _visible is None:
         _visible = 0
         if importlib.util.find_spec("cupy") is not None:
@@ -70,14 +166,19 @@ def gpus_per_rank(cl: Any = None) -> int:
     """GPU devices this rank contributes (0: use CPU devices)."""
     global _base
     env = os.environ.get("LEGIONPY_GPUS", "").strip()
-    if env == "0" or (not env and importlib.util.find_spec("cupy") is None):
+    emulated = backend_name() == "emulated"
+    if env == "0" or (not env and not emulated and importlib.util.find_spec("cupy") is None):
         return 0
+    if env and not env.isdigit():
+        raise MachineError(f"LEGIONPY_GPUS must be a non-negative integer, got {env!r}")
     vis = visible_gpus()
     if vis == 0:
         return 0
     multi = cl is not None and cl.size > 1
-    n = int(env) if env else (1 if multi else vis)
+    n = int(env) if env else (1 if multi and not emulated else vis)
     _base = (cl.local_rank * n) if multi else 0
+    if emulated:
+        backend().emu.shared = multi
     return n
 
 
@@ -87,66 +188,74 @@ def ordinal(dev: Any) -> int:
 
 
 def on_device(fn: Callable, dev: Any) -> Callable:
-    """``fn`` run with ``dev``'s GPU current."""
-    import cupy
-
+    """``fn`` run with ``dev``'s GPU current (the whole point body: prologue
+    fills and folds, views, reduction buffers, the task)."""
+    Device = backend().Device  # noqa: N806 - the backend's class
     k = ordinal(dev)
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
-        with cupy.cuda.Device(k):
+        with Device(k):
             return fn(*args, **kwargs)
 
     return run
 
 
-def zeros(k: int, shape: tuple, dtype: Any) -> Any:
-    """A zeroed CuPy array on GPU ``k`` with its own cudaMalloc allocation."""
-    import cupy
-
-    dtype = np.dtype(dtype)
-    nbytes = max(int(np.prod(shape)) * dtype.itemsize, 1)
-    with cupy.cuda.Device(k):
-        mem = cupy.cuda.Memory(nbytes)
-        arr = cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(mem, 0))
-        arr.fill(0)
-    return arr
+def zeros(k: int, shape: tuple, dtype: Any, ipc: bool = False) -> Any:
+    """A zeroed array on GPU ``k`` with its own allocation (not the pool)."""
+    return backend().alloc(k, shape, dtype, ipc)
 
 
-def _is_gpu(a: Any) -> bool:
-    return type(a) is not np.ndarray
+def is_gpu(a: Any) -> bool:
+    return type(a) is not np.ndarray and not isinstance(a, np.generic)
+
+
+_is_gpu = is_gpu
+
+
+def on_array(a: Any) -> Any:
+    """A context making ``a``'s device current (nothing for a numpy array)."""
+    if not is_gpu(a):
+        return contextlib.nullcontext()
+    return backend().Device(a.device.id)
 
 
 def to_host(a: Any) -> np.ndarray:
     if not _is_gpu(a):
         return a
-    import cupy
-
-    with cupy.cuda.Device(a.device.id):
-        return cupy.asnumpy(a)
+    b = backend()
+    with b.Device(a.device.id):
+        return b.asnumpy(a)
 
 
 def from_host(dst: Any, host: np.ndarray) -> None:
-    import cupy
-
-    with cupy.cuda.Device(dst.device.id):
-        dst[...] = cupy.asarray(host)
+    b = backend()
+    with b.Device(dst.device.id):
+        dst[...] = b.asarray(host)
 
 
 def copy_to(a: Any, k: int | None) -> Any:
     """A copy of ``a`` on GPU ``k`` (None: a numpy copy)."""
     if k is None:
         return np.array(to_host(a), copy=True)
-    import cupy
-
+    b = backend()
     if _is_gpu(a):
-        cupy.cuda.Device(a.device.id).synchronize()
-    with cupy.cuda.Device(k):
-        return cupy.array(a, copy=True) if _is_gpu(a) else cupy.asarray(a)
+        if a.device.id == k:
+            with b.Device(k):
+                return a.copy()
+        b.Device(a.device.id).synchronize()
+        with b.Device(a.device.id):
+            host = b.asnumpy(a)  # the emulated backend has no peer copy: stage
+        if b.name == "cupy":
+            with b.Device(k):
+                return b.cp.array(a, copy=True)
+        a = host
+    with b.Device(k):
+        return b.asarray(a)
 
 
 def copy_into(dst: Any, src: Any) -> None:
-    """``dst[...] = src`` across numpy and CuPy arrays on any devices."""
+    """``dst[...] = src`` across numpy and GPU arrays on any devices."""
     if not _is_gpu(dst) and not _is_gpu(src):
         dst[...] = src
     elif not _is_gpu(dst):
@@ -154,12 +263,22 @@ def copy_into(dst: Any, src: Any) -> None:
     elif not _is_gpu(src):
         from_host(dst, src)
     else:
-        import cupy
-
+        b = backend()
         if src.device.id != dst.device.id:
-            cupy.cuda.Device(src.device.id).synchronize()
-        with cupy.cuda.Device(dst.device.id):
-            dst[...] = src if src.device.id == dst.device.id else src.copy()
+            b.Device(src.device.id).synchronize()
+            src = copy_to(src, dst.device.id)
+        with b.Device(dst.device.id):
+            dst[...] = src
+
+
+def close_all() -> None:
+    """Close every IPC handle this process opened (at shutdown)."""
+    if _handles_open:
+        b = backend()
+        for raw in _handles_open.values():
+            b.ipc_close(raw)
+    _handles_open.clear()
+    _handles_sent.clear()
 
 
 # -- CUDA IPC between the processes of one node -----------------------------------------
@@ -175,15 +294,14 @@ def ipc_possible(repl: Any, c: Any) -> bool:
 
 
 def ipc_send(repl: Any, c: Any, root: Any, field: str, peer: int) -> None:
-    import cupy
-
+    b = backend()
     cl = repl.cl
     inst = repl.rt.instances.instance(c.src, root, field)
-    cupy.cuda.Device(inst.device.id).synchronize()  # the source is ready on the GPU
+    b.Device(inst.device.id).synchronize()  # the source is ready on the GPU
     key = (c.src, root.uid, field, peer)
     handle = None
     if key not in _handles_sent:
-        handle = cupy.cuda.runtime.ipcGetMemHandle(inst.data.ptr)
+        handle = b.ipc_handle(inst)
         _handles_sent.add(key)
     tag = cl.tag(c.id)
     req = cl.data.isend(handle, dest=peer, tag=tag)
@@ -192,22 +310,22 @@ def ipc_send(repl: Any, c: Any, root: Any, field: str, peer: int) -> None:
 
 
 def ipc_recv(repl: Any, c: Any, root: Any, field: str, dst: Any, peer: int) -> None:
-    import cupy
-
+    b = backend()
     cl = repl.cl
     tag = cl.tag(c.id)
     handle = cl.recv_obj(cl.data, peer, tag, lambda: f"the IPC handle of copy {c.id}")
     key = (c.src, root.uid, field)
     k = dst.device.id
-    with cupy.cuda.Device(k):
+    dtype = np.dtype(root.fields[field])
+    with b.Device(k):
         if handle is not None:
-            _handles_open[key] = cupy.cuda.runtime.ipcOpenMemHandle(handle)
-        ptr = _handles_open[key]
-        dtype = np.dtype(root.fields[field])
-        nbytes = int(np.prod(root.shape)) * dtype.itemsize
-        mem = cupy.cuda.UnownedMemory(ptr, nbytes, None, k)
-        remote = cupy.ndarray(root.shape, dtype, cupy.cuda.MemoryPointer(mem, 0))
+            old = _handles_open.pop(key, None)
+            if old is not None:
+                b.ipc_close(old)
+            nbytes = int(np.prod(root.shape)) * dtype.itemsize
+            _handles_open[key] = b.ipc_open(handle, k, nbytes)
+        remote = _handles_open[key].view(dtype).reshape(root.shape)
         dst[...] = remote[c.rect.to_slices()]
-        cupy.cuda.Device(k).synchronize()
+        b.Device(k).synchronize()
     req = cl.data.isend(True, dest=peer, tag=tag)
     cl.wait([req], lambda: f"rank {peer} to take the IPC acknowledgement of copy {c.id}")

@@ -101,10 +101,10 @@ class Instances:
         self._lock = threading.Lock()
         self.gpu_of: dict[int, int] = {}
 
-    def zeros(self, memory: int, shape: tuple, dtype: Any) -> Any:
+    def zeros(self, memory: int, shape: tuple, dtype: Any, ipc: bool = False) -> Any:
         if memory in self.gpu_of:
             from . import gpu
-            return gpu.zeros(self.gpu_of[memory], shape, dtype)
+            return gpu.zeros(self.gpu_of[memory], shape, dtype, ipc)
         return np.zeros(shape, dtype=dtype)
 
     def to_memory(self, arr: Any, memory: int) -> Any:
@@ -121,14 +121,16 @@ class Instances:
             with self._lock:
                 arr = self.arrays.get(key)
                 if arr is None:
-                    arr = self.zeros(memory, root.shape, root.fields[field])
+                    arr = self.zeros(memory, root.shape, root.fields[field], ipc=True)
                     self.arrays[key] = arr
         return arr
 
     def _new_buffer(self, rect: Rect, redop: str, dtype: np.dtype, memory: int) -> Any:
         if memory in self.gpu_of:
+            from . import gpu
             buf = self.zeros(memory, rect.shape, dtype)
-            buf[...] = identity(redop, dtype)
+            with gpu.on_array(buf):
+                buf[...] = identity(redop, dtype)
         else:
             buf = np.empty(rect.shape, dtype=dtype)
             buf.fill(identity(redop, dtype))
@@ -148,7 +150,12 @@ class Instances:
             if not brect.contains(rect):
                 bb = brect.bounding(rect)
                 grown = self._new_buffer(bb, redop, dtype, memory)
-                grown[brect.to_slices(bb.lo)] = buf
+                if memory in self.gpu_of:
+                    from . import gpu
+                    with gpu.on_array(grown):
+                        grown[brect.to_slices(bb.lo)] = buf
+                else:
+                    grown[brect.to_slices(bb.lo)] = buf
                 buf, brect = grown, bb
                 self.redbufs[key] = (buf, brect)
         if brect == rect:
@@ -160,6 +167,20 @@ class Instances:
         """A fresh buffer ``key`` over ``rect`` (replacing any old one)."""
         self.redbufs.pop(key, None)
         return self.reduction_view(key, rect, redop, dtype, memory)
+
+    def reset_buffer(self, key: Any, redop: str) -> None:
+        """Buffer ``key`` (if any) back to the identity of ``redop``, in place,
+        under its own device (a trace replay's begin marker runs it)."""
+        got = self.redbufs.get(key)
+        if got is None:
+            return
+        buf = got[0]
+        if type(buf) is np.ndarray:
+            buf[...] = identity(redop, buf.dtype)
+            return
+        from . import gpu
+        with gpu.on_array(buf):
+            buf[...] = identity(redop, buf.dtype)
 
     def reduction_part(self, key: Any, rect: Rect) -> Any:
         """``rect`` (root coordinates) of the reduction buffer ``key``."""

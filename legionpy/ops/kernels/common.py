@@ -25,6 +25,8 @@ import numpy as np
 
 __all__ = [
     "array_module",
+    "like",
+    "to_numpy",
     "Padding2d",
     "normalize_padding",
     "pair",
@@ -48,7 +50,27 @@ def array_module(*arrays: Any) -> Any:
             import cupy
 
             return cupy
+        if mod == "legionpy.runtime.emugpu":  # the emulated GPU backend (tests)
+            from ...runtime.emugpu import xp
+
+            return xp
     return np
+
+
+def like(a: Any, ref: Any) -> Any:
+    """``a`` (host numpy) in ``ref``'s array module, on the current device:
+    host data (an input batch, targets) a GPU task uses.
+
+    >>> like([1, 2], np.zeros(2)).tolist()
+    [1, 2]
+    """
+    xp = array_module(ref)
+    return np.asarray(a) if xp is np else xp.asarray(a)
+
+
+def to_numpy(a: Any) -> np.ndarray:
+    """``a`` on the host (a copy off a GPU; numpy arrays as they are)."""
+    return a if isinstance(a, (np.ndarray, np.generic)) else a.get()
 
 
 def pair(value: int | Sequence[int], what: str) -> tuple[int, int]:
