@@ -330,6 +330,18 @@ class DependenceAnalyzer:
                 ix.add(rect, seq, _User(op_id, mode, redop, rect, [rect], seq))
         return sorted(deps)
 
+    def summarize(self, op_id: int, fields: Iterable[tuple[int, str, Rect]]) -> None:
+        """Make op ``op_id`` the only user of each ``(root uid, field, root
+        rect)``, as a read-write user of the whole root: what a replayed
+        trace leaves (its end marker waits for every op before it, so later
+        operations need wait for it alone). No dependences are returned."""
+        users = self._users
+        for uid, f, rect in fields:
+            ix = RectIndex()
+            self._seq = seq = self._seq + 1
+            ix.add(rect, seq, _User(op_id, "read_write", None, rect, [rect], seq))
+            users[uid, f] = {"w": ix}
+
     def _prune(self, classes: dict[Any, RectIndex], written: Rect, found: list) -> None:
         """Subtract ``written`` from the remainders of the users it overlaps
         (``found``: ``(class, index, hits)``); drop those with nothing left

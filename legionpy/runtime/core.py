@@ -665,7 +665,9 @@ class Runtime:
 
     def _on_done(self, op: Op) -> None:
         if op.state == DONE:
-            self._live.pop(op.id, None)
+            live = self._live
+            if live.get(op.id) is op:  # a trace's end marker id is reused by every replay
+                del live[op.id]
         else:
             self._failures.append(op)
             if self.repl is not None and not isinstance(op.error.__cause__, TaskError):

@@ -81,7 +81,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..errors import LaunchError, TraceMismatchError
-from ..regions import RW, Partition, Region, RegionRequirement, Subregion
+from ..regions import Partition, Region, Subregion
 from .body import PointBody
 from .futures import Future, FutureMap
 from .scheduler import DONE, Op
@@ -111,13 +111,14 @@ def launch_signature(task: Any, domain: tuple | None, args: tuple, kwargs: dict,
 class Template:
     """One recorded op: how to make it again."""
 
-    __slots__ = ("rid", "kind", "name", "queue", "fn", "deps", "ext", "bytes", "point",
-                 "launch", "tag", "rank", "remote", "prev")
+    __slots__ = ("rid", "kind", "name", "queue", "fn", "deps", "logical", "ext", "bytes",
+                 "point", "launch", "tag", "rank", "remote", "prev")
 
-    def __init__(self, op: Op, rid: int, deps: tuple, ext: bool) -> None:
+    def __init__(self, op: Op, rid: int, deps: tuple, logical: tuple, ext: bool) -> None:
         self.rid = rid  # op id - recording base
         self.kind, self.name, self.queue, self.fn = op.kind, op.name, op.queue, op.fn
         self.deps = deps  # offsets (submission order) of recorded ops it waits for
+        self.logical = logical  # the dependences among them (``Op.deps``; not MPI link order)
         self.ext = ext  # waited for an op before the trace
         self.bytes, self.point, self.launch, self.tag = op.bytes, op.point, op.launch, op.tag
         self.rank, self.remote = op.rank, op.remote
@@ -162,7 +163,9 @@ class Recording:
         self.keys: dict[tuple, Any] = {}  # (uid, field) -> root
         self.pre: dict[tuple, tuple | None] = {}
         self.post: dict[tuple, Any] = {}
-        self.reqs: list = []
+        self.end_id = -1  # the id of every replay's end marker (one per recording)
+        self.summary: list = []  # [(uid, field, root rect)] for the analyzer
+        self.final: dict[tuple, Any] = {}  # post states, producers -> end_id
         self.reduced: set = set()
         self.buffers: list = []  # [(buffer key, redop)] the trace opens
         self.replayable = True
@@ -179,14 +182,15 @@ class Recording:
         for off, t in enumerate(self.ops):
             dev, link = (t.queue, None) if not isinstance(t.queue, tuple) else (None, t.queue)
             out.append({"id": off, "name": t.name, "kind": t.kind, "device": dev, "link": link,
-                        "bytes": t.bytes, "deps": list(t.deps), "point": t.point,
+                        "bytes": t.bytes, "deps": list(t.logical), "point": t.point,
                         "launch": t.launch, "tag": t.tag, "rank": t.rank})
         return out
 
-    def set_order(self, order: dict[Any, list[int]], how: str) -> None:
+    def set_order(self, order: dict[Any, list[int]], how: str) -> bool:
         """Fix each queue's replay order: ``{queue: [offsets in order]}``;
         ops of a queue not listed keep their recorded relative order after
-        the listed ones."""
+        the listed ones. Returns False (and leaves the order unset) when the
+        order contradicts the dependences (it would deadlock)."""
         last: dict[Any, int] = {}
         for t in self.ops:
             t.prev = -1
@@ -202,7 +206,33 @@ class Recording:
                 continue
             t.prev = last.get(t.queue, -1)
             last[t.queue] = off
+        if not self._acyclic():
+            for t in self.ops:
+                t.prev = -1
+            return False
         self.ordered = how
+        return True
+
+    def _acyclic(self) -> bool:
+        """Do the dependences plus the fixed-order edges admit a schedule?"""
+        n = len(self.ops)
+        indeg = [0] * n
+        succ: list[list[int]] = [[] for _ in range(n)]
+        for off, t in enumerate(self.ops):
+            preds = t.deps if t.prev < 0 else (*t.deps, t.prev)
+            indeg[off] = len(preds)
+            for p in preds:
+                succ[p].append(off)
+        stack = [i for i in range(n) if indeg[i] == 0]
+        seen = 0
+        while stack:
+            i = stack.pop()
+            seen += 1
+            for j in succ[i]:
+                indeg[j] -= 1
+                if indeg[j] == 0:
+                    stack.append(j)
+        return seen == n
 
 
 class Tracer:
@@ -363,6 +393,7 @@ class Tracer:
             return  # an op made outside an item (cannot happen from the launching thread)
         off_of = rec.off_of
         ids = set(op.deps)
+        logical = tuple(sorted(off_of[i] for i in ids if i in off_of))
         ids.update(d.id for d in deps)
         internal = tuple(sorted(off_of[i] for i in ids if i in off_of))
         ext = any(i < rec.base for i in ids)
@@ -370,7 +401,7 @@ class Tracer:
             rec.replayable = False
             rec.why_not = "a Future crosses MPI ranks inside it"
         off_of[op.id] = len(rec.ops)
-        rec.ops.append(Template(op, op.id - rec.base, internal, ext))
+        rec.ops.append(Template(op, op.id - rec.base, internal, logical, ext))
         rec.recorded.append(op)
 
     def _finish_recording(self) -> None:
@@ -378,11 +409,13 @@ class Tracer:
         rt.sched.recorder = None
         rec.count = rt._next_id - rec.base
         snapshot, rec.pre = rec.pre, {}
+        rec.end_id = rt._new_id()
         for key, root in rec.keys.items():
             before = snapshot.get(key)
             rec.pre[key] = None if before is None else before.signature()
             rec.post[key] = rt.states[key]
-            rec.reqs.append(RegionRequirement(root, RW(key[1])))
+            rec.final[key] = rt.states[key].relabel(rec.end_id)
+            rec.summary.append((key[0], key[1], root.rect))
         rec.reduced = {k for k in rec.keys if k in rt._reduced}
         lo, hi = rec.base, rec.base + rec.count
         seen = set()
@@ -425,10 +458,11 @@ class Tracer:
             return
         if rec.order_fn is not None:
             order = rec.order_fn(rec.records())
-            if order:
-                rec.set_order(order, "simulated")
+            if order and rec.set_order(order, "simulated"):
                 rec.recorded = []
                 return
+            _debug(self.rt, 1, f"trace {rec.name!r}: no usable simulated order (it contradicts "
+                               "the recorded dependences); replaying in the recorded order")
         sched = self.rt.sched
         for op in rec.recorded:  # the recording's own run: wait once for its start order
             if op.state < DONE and op.queue is not None:
@@ -477,9 +511,9 @@ class Tracer:
             deps = [cur[d] for d in t.deps]
             if t.ext:
                 deps.append(begin)
-                op.deps = tuple(sorted([begin.id] + [cur[d].id for d in t.deps]))
+                op.deps = (begin.id, *(cur[d].id for d in t.logical))
             else:
-                op.deps = tuple(cur[d].id for d in t.deps)
+                op.deps = tuple([cur[d].id for d in t.logical])
             if fixed and t.prev >= 0:
                 deps.append(cur[t.prev])
             if isinstance(t.fn, PointBody) and t.fn.fut_pos:
@@ -497,7 +531,9 @@ class Tracer:
                        kwargs: dict) -> Any:
         rec, cur, rt = self.rec, self.cur, self.rt
         for off in item.points:
-            cur[off].fn = rec.ops[off].fn.rebind(args, kwargs)
+            fn = rec.ops[off].fn
+            if fn is not None:  # None: a ghost (another rank runs the point)
+                cur[off].fn = fn.rebind(args, kwargs)
         if item.note is not None:
             rt.repl.note(item.note)
         self._submit(item)
@@ -535,28 +571,28 @@ class Tracer:
             op = cur[off]
             op.kind, op.queue, op.fn = "marker", None, None
             submit(op, [])
-        end = Op(rt._new_id(), "marker", f"end trace {rec.name}", None, None)
+        whole = n == len(rec.items)
+        end = Op(rec.end_id if whole else rt._new_id(), "marker", f"end trace {rec.name}",
+                 None, None)
         end.deps = (self.begin_op.id,)
-        rt.sched.submit(end, [self.begin_op] + cur[:done_upto])
         rt._live[end.id] = end
         self.last_end = end
-        if n == len(rec.items):
-            states = rec.post
-            keys = rec.keys
-            reqs = rec.reqs
-        else:
-            states = {}
-            for item in rec.items[:n]:
-                states.update(item.changes)
-            keys = {k for item in rec.items[:n] for k in item.keys}
-            reqs = [RegionRequirement(rec.keys[k], RW(k[1])) for k in keys]
+        rt.sched.submit(end, [self.begin_op] + cur[:done_upto])
         live_states = rt.states
+        if whole:  # the final states were relabelled once, at the recording's end
+            live_states.update(rec.final)
+            rt.analyzer.summarize(end.id, rec.summary)
+            rt._reduced.update(rec.reduced)
+            return
+        states: dict = {}
+        for item in rec.items[:n]:
+            states.update(item.changes)
+        keys = {k for item in rec.items[:n] for k in item.keys}
         for k in keys:
             st = states.get(k, live_states.get(k))
             if st is not None:
                 live_states[k] = st.relabel(end.id)
-        if reqs:
-            rt.analyzer.analyze(end.id, reqs)
+        rt.analyzer.summarize(end.id, [(k[0], k[1], rec.keys[k].rect) for k in keys])
         rt._reduced.update(k for k in rec.reduced if k in keys)
 
     def _diverge(self, what: str) -> None:
