@@ -23,6 +23,8 @@ __all__ = [
     "ModelError",
     "RankMismatchError",
     "TraceMismatchError",
+    "CheckpointError",
+    "Interrupted",
 ]
 
 
@@ -91,3 +93,15 @@ class RankMismatchError(LegionpyError, RuntimeError):
 class TraceMismatchError(LaunchError):
     """A replayed trace (``lp.trace(name, strict=True)``) met a launch that
     differs from its recording; the message names both."""
+
+
+class CheckpointError(ModelError):
+    """A checkpoint that cannot be read (missing, truncated, not legionpy's)
+    or that belongs to another model; the message names the file."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped ``fit`` or a search at a clean point (a step
+    boundary); the message says where and what was saved. A
+    ``KeyboardInterrupt``, so ``except KeyboardInterrupt`` catches it; the
+    ``legionpy`` command exits with status 130."""

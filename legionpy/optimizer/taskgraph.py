@@ -28,7 +28,7 @@ point ``k`` in row-major order, on device ``c.devices[k]``):
   tile: one copy per (reducing task on another device, reader).
 - Parameter ``w`` (block ``("param", w)``, depends on the configs of all its
   users): weight tiles and their update shards come from
-  :func:`legionpy.mapper.weight_tiles` (the runtime's rule): a tile used by
+  :func:`legionpy.placement.weight_tiles` (the runtime's rule): a tile used by
   devices ``U`` (first-use order) is split into ``min(|U|, extent)`` shards
   along its largest dim, shard ``c`` homed on ``U[c]``. Field ``w`` starts as
   the shards valid on their homes (written by the previous iteration's
@@ -71,7 +71,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import StrategyError
-from ..mapper.strategy import param_tiles, update_points
+from ..placement import param_tiles, update_points
 from ..runtime.coherence import FieldState, Piece, Request, choose_source
 from . import simkernels as K
 
@@ -146,8 +146,10 @@ class TaskGraph:
     docstring. ``build(strategy)`` makes it from scratch; ``change(op, config)``
     replaces one op's config and returns the seed tasks for Algorithm 2."""
 
-    def __init__(self, graph, machine, cost_model) -> None:
+    def __init__(self, graph, machine, cost_model, optimizer_slots: int = 1) -> None:
         self.graph, self.machine, self.cost = graph, machine, cost_model
+        #: optimizer state per weight element on its update home (memory only)
+        self.optimizer_slots = optimizer_slots
         self.D = machine.num_devices
         self.n_res = self.D + machine.num_links
         ops = graph.ops
@@ -518,7 +520,8 @@ class TaskGraph:
         for t, (r, home) in enumerate(update_points(wtiles)):
             nb = float(r.volume * item)
             tasks.append((pack_key(L, 0, t), self.cost.update_time(
-                param, r, self.machine.devices[home]), home, UPDATE, nb, home, 2 * nb, -1))
+                param, r, self.machine.devices[home]), home, UPDATE, nb, home,
+                (2 + self.optimizer_slots) * nb, -1))
             u = len(tasks) - 1
             st = self._access(st, Request(r, "read_write", home, u), pack_key(L, 1, t, 0),
                               item, 0, tasks, edges, cmap)
