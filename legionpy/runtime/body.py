@@ -8,10 +8,10 @@ analysis with the arguments of a new launch: :meth:`PointBody.rebind`.
 
 Views: a region argument's :class:`RegionView` is built on the worker when
 the task starts (its instances may be made by an earlier task of the same
-device). Views over instances are built once per body and kept, so replays
-reuse them ("argument views bound once"); a view into a reduction buffer is
-looked up each run, since buffers are dropped at fences and reset by each
-replay.
+device). Views are built once per body and kept, so replays reuse them
+("argument views bound once"); a view into reduction buffers is rebuilt
+when one of its buffers was replaced (buffers are dropped at fences and
+grown to new rects; a replay resets them in place).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ class PointBody:
         self.views = views
         self.fut_pos = fut_pos
         self.inst = inst
-        #: ``[views]``, shared by every rebind: ``(pos, view or None, region,
-        #: fieldspecs)`` once built (None: a reduction view, looked up each run)
+        #: ``[views]``, shared by every rebind: ``[pos, view, reduction buffer
+        #: keys, their buffer entries when built, region, fieldspecs]``
         self.cache: list = [None]
         self.color: tuple | None = None  # index launches: the point's color (replay projection)
         self.projected: tuple = ()  # positions of FutureMap arguments projected by color
@@ -74,19 +74,30 @@ class PointBody:
         return b
 
     def _views(self) -> list:
-        """``[(pos, view)]``: instance views built once, reduction views each run."""
+        """``[(pos, view)]``, built once and reused: a view into reduction
+        buffers is rebuilt only when one of its buffers was replaced (dropped
+        at a fence, or grown)."""
         cached = self.cache[0]
+        inst = self.inst
         if cached is None:
             cached = []
             for pos, region, fieldspecs in self.views:
-                reusable = all(buf is None for _, _, _, buf in fieldspecs)
-                cached.append((pos, build_view(self.inst, region, fieldspecs) if reusable
-                               else None, region, fieldspecs))
+                keys = tuple(buf[0] for _, _, _, buf in fieldspecs if buf is not None)
+                view = build_view(inst, region, fieldspecs)
+                cached.append([pos, view, keys, [inst.redbufs.get(k) for k in keys],
+                               region, fieldspecs])
             self.cache[0] = cached
+            return [(c[0], c[1]) for c in cached]
         out = []
-        for pos, view, region, fieldspecs in cached:
-            out.append((pos, view if view is not None else
-                        build_view(self.inst, region, fieldspecs)))
+        red = inst.redbufs
+        for c in cached:
+            keys = c[2]
+            if keys:
+                entries = [red.get(k) for k in keys]
+                if any(e is None or e is not old for e, old in zip(entries, c[3])):
+                    c[1] = build_view(inst, c[4], c[5])
+                    c[3] = [red.get(k) for k in keys]
+            out.append((c[0], c[1]))
         return out
 
     def __call__(self, op: Any) -> Any:

@@ -61,6 +61,13 @@ optimizer's simulated schedule), else ``"recorded"``: the start order the
 recording's own run took. ``LEGIONPY_REPLAY_ORDER=ready`` turns the fixed
 order off (each queue runs in order of readiness, as untraced launches do).
 
+Limits
+------
+A block that leaves a reduction pending at its end, which its next run
+folds, never meets its precondition (the buffer it opened is not the one
+its recording started with), so it is recorded every time: correct, but
+not faster. Training steps fold every gradient inside the step.
+
 Mismatch
 --------
 A replay compares each launch with the recording. At the first launch that
@@ -166,6 +173,7 @@ class Recording:
         self.end_id = -1  # the id of every replay's end marker (one per recording)
         self.summary: list = []  # [(uid, field, root rect)] for the analyzer
         self.final: dict[tuple, Any] = {}  # post states, producers -> end_id
+        self.idempotent: set = set()  # keys whose final state meets the precondition
         self.reduced: set = set()
         self.buffers: list = []  # [(buffer key, redop)] the trace opens
         self.replayable = True
@@ -415,6 +423,8 @@ class Tracer:
             rec.pre[key] = None if before is None else before.signature()
             rec.post[key] = rt.states[key]
             rec.final[key] = rt.states[key].relabel(rec.end_id)
+            if rec.pre[key] is not None and rec.final[key].signature() == rec.pre[key]:
+                rec.idempotent.add(key)
             rec.summary.append((key[0], key[1], root.rect))
         rec.reduced = {k for k in rec.keys if k in rt._reduced}
         lo, hi = rec.base, rec.base + rec.count
@@ -443,8 +453,11 @@ class Tracer:
         if rec.mapper_epoch != self.mapper_epoch:
             return False
         states = self.rt.states
+        final, same = rec.final, rec.idempotent
         for key, sig in rec.pre.items():
             st = states.get(key)
+            if st is final.get(key) and key in same:
+                continue  # as the last replay left it, and that state is its precondition
             if sig is None:
                 if st is not None:
                     return False
