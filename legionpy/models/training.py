@@ -9,7 +9,8 @@ returns a plain dict (what ``--json`` prints):
 
 ``{"model", "strategy", "steps", "batch_size", "devices", "ranks",
 "parameters", "first_loss", "final_loss", "losses", "samples_per_s",
-"seconds"}``; ``samples_per_s`` counts the steps after the first (which
+"seconds", "measured_iteration_s"}``; ``samples_per_s`` and
+``measured_iteration_s`` (seconds per step) count the steps after the first (which
 pays for first-touch allocation), or all of them when there is one step.
 
 Every MPI rank runs the same calls (control replication) and gets the same
@@ -57,9 +58,13 @@ def is_root() -> bool:
 
 def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | None = None,
           scale: str = "small", text: bool = False, seed: int = 0, optimizer: Any = None,
-          log: Callable[[int, float], None] | None = None, **sizes: Any) -> dict[str, Any]:
+          log: Callable[[int, float], None] | None = None,
+          predict: Callable[[Any, float], dict] | None = None, **sizes: Any) -> dict[str, Any]:
     """Train zoo model ``name`` for ``steps`` steps; see the module docstring.
-    ``log(step, loss)`` is called after every step (on every rank)."""
+    ``log(step, loss)`` is called after every step (on every rank).
+    ``predict(model, measured seconds per step) -> dict``: merged into the
+    result (``legionpy train`` passes :func:`legionpy.measure.train_prediction`,
+    the local machine model's prediction next to the measurement)."""
     from .. import data as D
     from .. import runtime as lr
     from . import build
@@ -88,44 +93,41 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     end = time.perf_counter()
     timed, span = (steps - 1, end - t1) if steps > 1 else (steps, end - t0)
     rt = lr.get_runtime()
-    sim = _simulated(model, len(rt.devices))
+    sim = predict(model, span / max(timed, 1)) if predict is not None else {}
     return {**sim, "model": name, "strategy": strategy if isinstance(strategy, str) else "given",
             "steps": steps, "batch_size": b, "devices": len(rt.devices),
             "ranks": 1 + max(d.rank for d in rt.devices), "parameters": model.num_parameters(),
             "first_loss": losses[0], "final_loss": losses[-1], "losses": losses,
-            "samples_per_s": timed * b / max(span, 1e-9), "seconds": end - t0}
-
-
-def _simulated(model: Any, devices: int) -> dict[str, float]:
-    """The simulator's prediction (analytic costs, this machine's devices) for
-    the strategy that ran and for data parallelism, so a user sees what the
-    search expected next to what was measured."""
-    from ..optimizer import Machine, Simulator, Strategy
-
-    machine = Machine.local(devices)
-    sim = Simulator(model.graph, machine)
-    return {"simulated_iteration_s": sim.simulate(model.strategy),
-            "simulated_data_parallel_s": sim.simulate(
-                Strategy.data_parallel(model.graph, machine))}
+            "samples_per_s": timed * b / max(span, 1e-9), "seconds": end - t0,
+            "measured_iteration_s": span / max(timed, 1)}
 
 
 def add_train_arguments(p: Any, steps: int = 30) -> None:
     """The arguments ``legionpy train`` and ``examples/*.py`` share."""
+    from ..commands.args import nonneg_int, out_file, positive_float, positive_int, size_pair
+
     p.add_argument("--strategy", default="data",
                    help="data, model, owt, search, or a strategy JSON file (default: data)")
-    p.add_argument("--steps", type=int, default=steps, help=f"training steps (default {steps})")
-    p.add_argument("--batch-size", type=int, default=None,
+    p.add_argument("--steps", type=positive_int, default=steps,
+                   help=f"training steps (default {steps})")
+    p.add_argument("--batch-size", type=positive_int, default=None,
                    help="global batch (default: the small preset's, see models.SMALL)")
     p.add_argument("--scale", choices=("small", "full"), default="small",
                    help="small sizes for CPU runs (default) or the paper's shapes")
-    p.add_argument("--size", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--size", type=size_pair, action="append", default=[], metavar="KEY=VALUE",
                    help="override a builder size, e.g. --size hidden=128 --size steps=20")
     p.add_argument("--text", action="store_true",
                    help="RNNs: train on the stdlib-docstring corpus instead of synthetic data")
-    p.add_argument("--devices", type=int, default=None,
+    p.add_argument("--devices", type=positive_int, default=None,
                    help="CPU devices per process (default: 2, or 1 per rank under mpirun)")
-    p.add_argument("--lr", type=float, default=None, help="Adam learning rate")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=positive_float, default=None, help="Adam learning rate")
+    p.add_argument("--seed", type=nonneg_int, default=0)
+    p.add_argument("--checkpoint", type=out_file, metavar="FILE", default=None,
+                   help="resume from FILE when it exists; save to it every "
+                        "--checkpoint-every steps, at the end and on Ctrl-C")
+    p.add_argument("--checkpoint-every", type=positive_int, metavar="N", default=None,
+                   help="with --checkpoint: save every N steps (default: only at the end "
+                        "and on Ctrl-C)")
 
 
 def parse_sizes(pairs: list[str]) -> dict[str, Any]:
@@ -137,17 +139,24 @@ def parse_sizes(pairs: list[str]) -> dict[str, Any]:
         key, sep, val = pair.partition("=")
         if not sep:
             raise ModelError(f"--size takes KEY=VALUE, got {pair!r}")
-        vals = [float(v) if "." in v else int(v) for v in val.split(",")]
+        try:
+            vals = [float(v) if "." in v or "e" in v.lower() else int(v)
+                    for v in val.split(",")]
+        except ValueError:
+            raise ModelError(f"size {pair!r}: {val!r} is not a number or comma-separated "
+                             "numbers; pass e.g. hidden=128 or blocks=1,1,1,1") from None
+        if not key.strip():
+            raise ModelError(f"--size {pair!r} has no KEY; pass KEY=VALUE, e.g. hidden=128")
         out[key.replace("-", "_")] = tuple(vals) if "," in val else vals[0]
     return out
 
 
-def train_from_args(name: str, args: Any, log: Callable[[int, float], None] | None = None
-                    ) -> dict[str, Any]:
+def train_from_args(name: str, args: Any, log: Callable[[int, float], None] | None = None,
+                    predict: Callable[[Any, float], dict] | None = None) -> dict[str, Any]:
     """:func:`train` with :func:`add_train_arguments`' values."""
     from ..nn import Adam
 
     opt = Adam(lr=args.lr) if args.lr else None
     return train(name, strategy=args.strategy, steps=args.steps, batch_size=args.batch_size,
                  scale=args.scale, text=args.text, seed=args.seed, optimizer=opt, log=log,
-                 **parse_sizes(args.size))
+                 predict=predict, **parse_sizes(args.size))
