@@ -12,7 +12,8 @@ work: that is how the CUDA IPC path is tested on a one-GPU machine).
 
 Memory: instances are allocated with ``cupy.cuda.Memory`` (cudaMalloc, not
 the pool), so an IPC handle of the instance points at its first byte.
-Task bodies run under ``cupy.cuda.Device(ordinal)`` and get CuPy arrays
+Point bodies (prologue, views, task; runtime/body.py) run under
+``cupy.cuda.Device(ordinal)`` and tasks get CuPy arrays
 (the ``xp`` of array code is ``cupy.get_array_module(x)``); kernels go to
 the legacy default stream, so work on one device is ordered, and the
 runtime synchronises a device before its data leaves it.
@@ -43,17 +44,15 @@ on 2-4 emulated GPUs (``LEGIONPY_GPUS=n``, default 2 there).
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib.util
 import os
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..errors import MachineError
 
-__all__ = ["gpus_per_rank", "ordinal", "on_device", "zeros", "copy_to", "copy_into",
+__all__ = ["gpus_per_rank", "ordinal", "zeros", "copy_to", "copy_into",
            "to_host", "from_host", "ipc_possible", "ipc_send", "ipc_recv", "visible_gpus",
            "backend", "on_array", "close_all", "is_gpu"]
 
@@ -185,20 +184,6 @@ def gpus_per_rank(cl: Any = None) -> int:
 def ordinal(dev: Any) -> int:
     """CUDA device ordinal of a local GPU Device."""
     return (_base + dev.local_index) % max(visible_gpus(), 1)
-
-
-def on_device(fn: Callable, dev: Any) -> Callable:
-    """``fn`` run with ``dev``'s GPU current (the whole point body: prologue
-    fills and folds, views, reduction buffers, the task)."""
-    Device = backend().Device  # noqa: N806 - the backend's class
-    k = ordinal(dev)
-
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with Device(k):
-            return fn(*args, **kwargs)
-
-    return run
 
 
 def zeros(k: int, shape: tuple, dtype: Any, ipc: bool = False) -> Any:
