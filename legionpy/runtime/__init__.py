@@ -29,7 +29,7 @@ from .futures import Future, FutureMap
 from .launch import LaunchOptions, TaskFunction, task
 
 __all__ = ["task", "index_launch", "fill", "fence", "runtime", "get_runtime", "init", "shutdown",
-           "trace", "begin_trace", "end_trace",
+           "trace", "begin_trace", "end_trace", "memory_stats",
            "Future", "FutureMap", "Device", "LaunchOptions", "TaskFunction", "Runtime", "HOST"]
 
 _runtime: Runtime | None = None
@@ -95,6 +95,11 @@ def begin_trace(name: str, strict: bool = False) -> None:
 def end_trace(name: str) -> None:
     """Legion's spelling of ``with lp.trace(name):`` (end)."""
     get_runtime().end_trace(name)
+
+
+def memory_stats(reset: bool = False) -> dict:
+    """Bytes held per memory now and at peak (:meth:`Runtime.memory_stats`)."""
+    return get_runtime().memory_stats(reset)
 
 
 def fence(timeout: float | None = None) -> None:

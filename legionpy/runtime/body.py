@@ -45,8 +45,9 @@ class PointBody:
         self.views = views
         self.fut_pos = fut_pos
         self.inst = inst
-        #: ``[views]``, shared by every rebind: ``[pos, view, reduction buffer
-        #: keys, their buffer entries when built, region, fieldspecs]``
+        #: ``[views]``, shared by every rebind: ``[instance generation, [[pos,
+        #: view, reduction buffer keys, their buffer entries when built, region,
+        #: fieldspecs]]]``; rebuilt when an instance was grown since
         self.cache: list = [None]
         self.color: tuple | None = None  # index launches: the point's color (replay projection)
         self.projected: tuple = ()  # positions of FutureMap arguments projected by color
@@ -84,6 +85,8 @@ class PointBody:
         at a fence, or grown)."""
         cached = self.cache[0]
         inst = self.inst
+        if cached is not None and cached[0] != inst.generation:
+            cached = None  # an instance was grown since: views of the old arrays are stale
         if cached is None:
             cached = []
             for pos, region, fieldspecs in self.views:
@@ -91,11 +94,11 @@ class PointBody:
                 view = build_view(inst, region, fieldspecs)
                 cached.append([pos, view, keys, [inst.redbufs.get(k) for k in keys],
                                region, fieldspecs])
-            self.cache[0] = cached
+            self.cache[0] = [inst.generation, cached]
             return [(c[0], c[1]) for c in cached]
         out = []
         red = inst.redbufs
-        for c in cached:
+        for c in cached[1]:
             keys = c[2]
             if keys:
                 entries = [red.get(k) for k in keys]
@@ -145,14 +148,13 @@ def build_view(inst: Instances, region: Any, fieldspecs: list) -> RegionView:
     (run on the worker, when the task starts). ``fieldspecs``: ``(field,
     memory, mode, buffer)``, buffer ``(key, redop)`` for reductions."""
     root, rect = region.root, region.rect
-    sl = rect.to_slices()
     arrays = {}
-    instance = inst.instance
+    part = inst.part
     for f, mem, mode, buf in fieldspecs:
         if buf is not None:  # (buffer key, redop): accumulate into mem's buffer
             arrays[f] = inst.reduction_view(buf[0], rect, buf[1], root.fields[f], mem)
             continue
-        a = instance(mem, root, f)[sl]
+        a = part(mem, root, f, rect)
         if mode == "read" and type(a) is np.ndarray:
             a = a.view()
             a.flags.writeable = False

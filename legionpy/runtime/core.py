@@ -355,7 +355,9 @@ class Runtime:
                         buf = (op_id, k, f)
                         self._reduced.add(key)
                     elif mine:
-                        inst.instance(mem, root, f)
+                        if not inst.covers(mem, root, f, rect):
+                            self._quiesce()  # in-flight ops may hold views of the old array
+                        inst.reserve(mem, root, f, rect)
                     plan, states[key] = st.access(
                         Request(rect, mode, mem, op_id, redop, buf), new_id)
                     if mode == "reduce":  # mem's open buffer for (root, f), maybe older
@@ -619,6 +621,26 @@ class Runtime:
         self.instances.run_prologue(plan.prologue, root, field)
         return host[rect.to_slices()].copy()
 
+    def memory_stats(self, reset: bool = False) -> dict[int, dict[str, int]]:
+        """Bytes of instances and reduction buffers per memory of this rank:
+        ``{memory: {"bytes": in use now, "peak_bytes": most in use at once,
+        "reserved_bytes": allocated now, the buffer pool included}}`` (memory
+        -1: the host's whole-root replicas). ``reset``: peaks restart from now."""
+        inst = self.instances
+        out = {m: {"bytes": inst.nbytes.get(m, 0), "peak_bytes": inst.peak.get(m, 0),
+                   "reserved_bytes": inst.reserved.get(m, 0)}
+               for m in sorted(set(inst.nbytes) | set(inst.peak))}
+        if reset:
+            inst.reset_peak()
+        return out
+
+    def _quiesce(self) -> None:
+        """Wait for every in-flight local op (before an instance is re-made);
+        errors stay with the ops (fence reports them)."""
+        for o in list(self._live.values()):
+            if not o.remote and o.state < DONE:
+                self.sched.wait(o)
+
     def _wait_ids(self, ids: Any) -> None:
         if self._host_waits is not None:
             self._host_waits.extend(ids)
@@ -732,6 +754,10 @@ class Runtime:
         except Exception:  # noqa: BLE001 - already reported by fence/get
             pass
         self._write_trace()
+        if self.instances.gpu_of:
+            from .gpu import close_all
+
+            close_all()  # CUDA IPC handles this process opened
         self.sched.executor.close()
         if self.executor == "threads":
             limit_blas(None)

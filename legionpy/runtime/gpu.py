@@ -30,8 +30,11 @@ Copies:
   which the sender's copy op completes (the source may be overwritten);
 - across nodes: MPI through host buffers (``cupy.asnumpy`` / ``.set``);
   ``LEGIONPY_CUDA_AWARE=1`` is reserved for CUDA-aware MPI builds.
-``LEGIONPY_CUDA_IPC=0`` turns IPC off (host staging instead). Handles are
-opened once per (peer instance) and closed at shutdown (:func:`close_all`).
+``LEGIONPY_CUDA_IPC=0`` turns IPC off (host staging instead). A handle goes
+with the instance's origin and shape (instances cover their tiles, not the
+root); it is opened once per peer instance (again only when that instance
+was grown, closing the old mapping) and closed at shutdown
+(:func:`close_all`, called by ``Runtime.shutdown``).
 
 Backends: every CuPy call goes through :func:`backend`, a small interface
 (``Device``, ``alloc``, ``asnumpy``, ``asarray``, ``ipc_handle``,
@@ -260,7 +263,7 @@ def close_all() -> None:
     """Close every IPC handle this process opened (at shutdown)."""
     if _handles_open:
         b = backend()
-        for raw in _handles_open.values():
+        for raw, _, _ in _handles_open.values():
             b.ipc_close(raw)
     _handles_open.clear()
     _handles_sent.clear()
@@ -283,10 +286,11 @@ def ipc_send(repl: Any, c: Any, root: Any, field: str, peer: int) -> None:
     cl = repl.cl
     inst = repl.rt.instances.instance(c.src, root, field)
     b.Device(inst.device.id).synchronize()  # the source is ready on the GPU
-    key = (c.src, root.uid, field, peer)
+    key = (c.src, root.uid, field, peer, id(inst))  # a grown instance is a new allocation
     handle = None
     if key not in _handles_sent:
-        handle = b.ipc_handle(inst)
+        rect = repl.rt.instances.rects[(c.src, root.uid, field)]
+        handle = (b.ipc_handle(inst), rect.lo, rect.shape)
         _handles_sent.add(key)
     tag = cl.tag(c.id)
     req = cl.data.isend(handle, dest=peer, tag=tag)
@@ -303,14 +307,16 @@ def ipc_recv(repl: Any, c: Any, root: Any, field: str, dst: Any, peer: int) -> N
     k = dst.device.id
     dtype = np.dtype(root.fields[field])
     with b.Device(k):
-        if handle is not None:
+        if handle is not None:  # (handle, origin, shape) of the peer's instance
             old = _handles_open.pop(key, None)
             if old is not None:
-                b.ipc_close(old)
-            nbytes = int(np.prod(root.shape)) * dtype.itemsize
-            _handles_open[key] = b.ipc_open(handle, k, nbytes)
-        remote = _handles_open[key].view(dtype).reshape(root.shape)
-        dst[...] = remote[c.rect.to_slices()]
+                b.ipc_close(old[0])
+            h, lo, shape = handle
+            nbytes = int(np.prod(shape)) * dtype.itemsize
+            _handles_open[key] = (b.ipc_open(h, k, nbytes), lo, shape)
+        raw, lo, shape = _handles_open[key]
+        remote = raw.view(dtype).reshape(shape)
+        dst[...] = remote[c.rect.to_slices(lo)]
         b.Device(k).synchronize()
     req = cl.data.isend(True, dest=peer, tag=tag)
     cl.wait([req], lambda: f"rank {peer} to take the IPC acknowledgement of copy {c.id}")

@@ -1,11 +1,22 @@
 """Physical instances: the arrays behind each (memory, root region, field).
 
-Memory behaviour: an instance covers the *whole root region* and is
-allocated on first use in that memory with ``np.zeros`` (calloc: pages
-untouched by any task cost nothing on Linux), so a task's subregion is a
-numpy view ``instance[rect]`` and instances never move or grow. A device
-that only ever touches one tile of a big region therefore reserves the whole
-region's address space but only commits the pages of the tiles it touches.
+Memory behaviour: an instance in a device memory covers the *bounding box of
+the rects its tasks use* in that memory (their tiles, halos included), not
+the whole root region, so a device holding one tile of a big tensor holds
+that tile (FlexFlow's memory model, the simulator's ``peak_memory``). The
+launch-time analysis (main thread) calls :meth:`Instances.reserve` for every
+non-reduction requirement: the first makes the instance over its rect, a
+later one reaching beyond it grows the instance to the bounding box. Growing
+happens after the runtime has waited for every in-flight local op (they may
+hold views of the old array), copies the old contents over and bumps
+:attr:`Instances.generation`, which the point bodies' view cache checks
+(runtime/body.py), so a replayed trace never uses a stale view. Growth
+happens in the first iterations only; steady-state steps never grow. The
+host memory (``HOST`` = -1, where ``Region.write`` lands and ``Region.read``
+gathers) holds whole roots. Arrays are ``np.zeros`` (calloc).
+
+A task's subregion is ``part(memory, root, field, rect)``: a view of the
+instance at ``rect`` (root coordinates, shifted by the instance's origin).
 Reduction instances are separate and identity-initialised: one per (memory,
 root, field) and epoch (coherence.py), shared by every same-op reducer on
 that memory, allocated by the first reducer that runs and grown to the
@@ -15,11 +26,17 @@ device run one at a time). A reduction copied to another memory lands in a
 staging buffer there and is folded by the reader's prologue. Buffers no
 coherence piece refers to are dropped at the next fence.
 
+Bytes: :attr:`Instances.nbytes` / :attr:`Instances.peak` count, per memory,
+the instances and reduction buffers it holds now and at most (``peak_bytes``
+in ``legionpy.runtime.memory_stats()``), to compare with the simulator's
+``peak_memory`` of the same strategy.
+
 GPU memories (``gpu_of``: memory id -> CUDA device ordinal, set by the
-Runtime for this rank's GPU devices) hold CuPy arrays allocated outside
-CuPy's pool (so CUDA IPC handles point at the array itself, runtime/gpu.py);
-copies and staging buffers move data between backends with the helpers of
-gpu.py. With no GPU memory the numpy code path is the only one taken.
+Runtime for this rank's GPU devices) hold CuPy (or emulated, emugpu.py)
+arrays allocated outside CuPy's pool (so CUDA IPC handles point at the
+array itself, runtime/gpu.py); copies and staging buffers move data between
+backends with the helpers of gpu.py. With no GPU memory the numpy code path
+is the only one taken.
 
 Task bodies receive one :class:`RegionView` per region argument: one
 attribute per field the task holds a privilege on (read-only arrays for
@@ -96,10 +113,37 @@ class Instances:
 
     def __init__(self) -> None:
         self.arrays: dict[tuple[int, int, str], np.ndarray] = {}
+        self.rects: dict[tuple[int, int, str], Rect] = {}  # each instance's extent
         self.redbufs: dict[Any, tuple[Any, Rect]] = {}  # key -> (array, its rect)
+        self.redmem: dict[Any, int] = {}  # reduction buffer key -> its memory
         self.staging: dict[tuple[int, Rect], np.ndarray] = {}  # (copy id, rect)
         self._lock = threading.Lock()
         self.gpu_of: dict[int, int] = {}
+        #: bumped whenever an instance is re-made (grown): cached views are stale
+        self.generation = 0
+        self.nbytes: dict[int, int] = {}  # memory -> bytes of instances and buffers now
+        self.peak: dict[int, int] = {}  # memory -> the most bytes it held at once
+        self.reserved: dict[int, int] = {}  # memory -> bytes allocated (pool included)
+        self.folded: dict[Any, int] = {}  # buffer key -> elements folded locally so far
+        #: dead reduction buffers per (memory, shape, dtype), reused by the next
+        #: buffer of that shape (the next step's): allocation-free steady state
+        self.pool: dict[tuple, list] = {}
+        self.pool_hits = self.pool_misses = 0
+
+    def _account(self, memory: int, delta: int) -> None:
+        with self._lock:
+            b = self.nbytes[memory] = self.nbytes.get(memory, 0) + delta
+            if b > self.peak.get(memory, 0):
+                self.peak[memory] = b
+
+    def _reserve_bytes(self, memory: int, nbytes: int) -> None:
+        with self._lock:
+            self.reserved[memory] = self.reserved.get(memory, 0) + nbytes
+
+    def reset_peak(self) -> None:
+        """Start measuring peaks again from the bytes held now."""
+        with self._lock:
+            self.peak = dict(self.nbytes)
 
     def zeros(self, memory: int, shape: tuple, dtype: Any, ipc: bool = False) -> Any:
         if memory in self.gpu_of:
@@ -114,18 +158,82 @@ class Instances:
         from . import gpu
         return gpu.copy_to(arr, self.gpu_of.get(memory))
 
+    def _make(self, key: tuple, memory: int, rect: Rect, dtype: Any) -> Any:
+        arr = self.zeros(memory, rect.shape, dtype, ipc=True)
+        self.arrays[key], self.rects[key] = arr, rect
+        self._account(memory, rect.volume * np.dtype(dtype).itemsize)
+        self._reserve_bytes(memory, rect.volume * np.dtype(dtype).itemsize)
+        return arr
+
+    def covers(self, memory: int, root: Any, field: str, rect: Rect) -> bool:
+        """``memory`` has an instance of (root, field) and it covers ``rect``
+        (or has none yet: :meth:`reserve` makes it without any wait)."""
+        got = self.rects.get((memory, root.uid, field))
+        return got is None or got.contains(rect)
+
+    def reserve(self, memory: int, root: Any, field: str, rect: Rect) -> None:
+        """An instance of (root, field) in ``memory`` covering ``rect``: made
+        over ``rect``, or grown to the bounding box (contents kept; the caller
+        waited for the in-flight ops first, see :meth:`covers`). Main thread."""
+        key = (memory, root.uid, field)
+        got = self.rects.get(key)
+        if memory < 0:
+            rect = root.rect  # host memory: whole roots
+        if got is None:
+            with self._lock:
+                if key in self.arrays:
+                    return
+            self._make(key, memory, rect, root.fields[field])
+            return
+        if got.contains(rect):
+            return
+        old = self.arrays[key]
+        bb = got.bounding(rect)
+        new = self._make(key, memory, bb, root.fields[field])
+        self._account(memory, -got.volume * old.dtype.itemsize)
+        self._reserve_bytes(memory, -got.volume * old.dtype.itemsize)
+        from . import gpu
+        with gpu.on_array(new):
+            new[got.to_slices(bb.lo)] = old
+        self.generation += 1
+
     def instance(self, memory: int, root: Any, field: str) -> np.ndarray:
+        """The whole instance (see :meth:`origin`); made over the whole root
+        when nothing reserved it."""
         key = (memory, root.uid, field)
         arr = self.arrays.get(key)
         if arr is None:
             with self._lock:
                 arr = self.arrays.get(key)
-                if arr is None:
-                    arr = self.zeros(memory, root.shape, root.fields[field], ipc=True)
-                    self.arrays[key] = arr
+            if arr is None:
+                self.reserve(memory, root, field, root.rect)
+                arr = self.arrays[key]
         return arr
 
+    def origin(self, memory: int, root: Any, field: str) -> tuple:
+        """Root coordinates of the instance's first element."""
+        return self.rects[(memory, root.uid, field)].lo
+
+    def part(self, memory: int, root: Any, field: str, rect: Rect) -> Any:
+        """``rect`` (root coordinates) of the instance in ``memory``: a view."""
+        arr = self.instance(memory, root, field)
+        return arr[rect.to_slices(self.rects[(memory, root.uid, field)].lo)]
+
     def _new_buffer(self, rect: Rect, redop: str, dtype: np.dtype, memory: int) -> Any:
+        with self._lock:
+            free = self.pool.get((memory, rect.shape, np.dtype(dtype)))
+            buf = free.pop() if free else None
+        if buf is not None:  # reused across steps: no allocation
+            self.pool_hits += 1
+            if type(buf) is np.ndarray:
+                buf.fill(identity(redop, dtype))
+            else:
+                from . import gpu
+                with gpu.on_array(buf):
+                    buf[...] = identity(redop, dtype)
+            return buf
+        self.pool_misses += 1
+        self._reserve_bytes(memory, int(np.prod(rect.shape)) * np.dtype(dtype).itemsize)
         if memory in self.gpu_of:
             from . import gpu
             buf = self.zeros(memory, rect.shape, dtype)
@@ -145,6 +253,8 @@ class Instances:
         if got is None:
             buf, brect = self._new_buffer(rect, redop, dtype, memory), rect
             self.redbufs[key] = (buf, brect)
+            self.redmem[key] = memory
+            self._account(memory, buf.nbytes)
         else:
             buf, brect = got
             if not brect.contains(rect):
@@ -156,6 +266,8 @@ class Instances:
                         grown[brect.to_slices(bb.lo)] = buf
                 else:
                     grown[brect.to_slices(bb.lo)] = buf
+                self._account(memory, grown.nbytes - buf.nbytes)
+                self._reserve_bytes(memory, -buf.nbytes)
                 buf, brect = grown, bb
                 self.redbufs[key] = (buf, brect)
         if brect == rect:
@@ -165,7 +277,7 @@ class Instances:
     def new_reduction(self, key: Any, rect: Rect, redop: str, dtype: np.dtype,
                       memory: int = -1) -> Any:
         """A fresh buffer ``key`` over ``rect`` (replacing any old one)."""
-        self.redbufs.pop(key, None)
+        self._drop_buffer(key)
         return self.reduction_view(key, rect, redop, dtype, memory)
 
     def reset_buffer(self, key: Any, redop: str) -> None:
@@ -187,39 +299,70 @@ class Instances:
         buf, brect = self.redbufs[key]
         return buf[rect.to_slices(brect.lo)]
 
+    def _drop_buffer(self, key: Any) -> None:
+        """Buffer ``key`` is dead: its array goes to the pool of its memory
+        (in use -> reserved), where a later buffer of that shape takes it."""
+        got = self.redbufs.pop(key, None)
+        self.folded.pop(key, None)
+        if got is not None:
+            mem = self.redmem.pop(key, -1)
+            buf = got[0]
+            self._account(mem, -buf.nbytes)
+            with self._lock:
+                self.pool.setdefault((mem, buf.shape, buf.dtype), []).append(buf)
+
     def drop_root(self, uid: int) -> None:
         for k in [k for k in self.arrays if k[1] == uid]:
-            del self.arrays[k]
+            arr = self.arrays.pop(k)
+            self.rects.pop(k, None)
+            self._account(k[0], -arr.nbytes)
+            self._reserve_bytes(k[0], -arr.nbytes)
 
     # -- actions (run on workers) -------------------------------------------------
     def run_copy(self, c: Copy, root: Any, field: str) -> None:
         if c.buffer is None:
-            dst, src = self.instance(c.dst, root, field), self.instance(c.src, root, field)
+            part = self.part
             for r in c.rects:
-                sl = r.to_slices()
+                dst, src = part(c.dst, root, field, r), part(c.src, root, field, r)
                 if self.gpu_of:
                     from . import gpu
-                    gpu.copy_into(dst[sl], src[sl])
+                    gpu.copy_into(dst, src)
                 else:
-                    dst[sl] = src[sl]
+                    dst[...] = src
         else:
             buf, brect = self.redbufs[c.buffer]
             for r in c.rects:
                 self.staging[(c.id, r)] = self.to_memory(buf[r.to_slices(brect.lo)], c.dst)
+            self.consumed(c.buffer, c.volume)
 
     def run_prologue(self, actions: list, root: Any, field: str) -> None:
         for a in actions:
-            dst = self.instance(a.memory, root, field)[a.rect.to_slices()]
+            dst = self.part(a.memory, root, field, a.rect)
             if isinstance(a, FillAction):
                 dst[...] = a.value
             elif isinstance(a, FoldAction):
                 if a.staged is not None:
                     src = self.staging.pop((a.staged, a.rect))
+                    FOLD[a.redop](dst, src, out=dst)
                 else:
-                    src = self.reduction_part(a.buffer, a.rect)
-                FOLD[a.redop](dst, src, out=dst)
+                    FOLD[a.redop](dst, self.reduction_part(a.buffer, a.rect), out=dst)
+                    self.consumed(a.buffer, a.rect.volume)
+
+    def consumed(self, key: Any, volume: int) -> None:
+        """``volume`` elements of buffer ``key`` were folded here or copied
+        out to a reader: once all of it is (coherence consumes each pending
+        contribution exactly once: the reader's memory then holds the value),
+        nothing reads it again and it goes back to the pool."""
+        got = self.redbufs.get(key)
+        if got is None:
+            return
+        with self._lock:
+            done = self.folded[key] = self.folded.get(key, 0) + volume
+        if done >= got[1].volume:
+            self.folded.pop(key, None)
+            self._drop_buffer(key)
 
     def keep_only(self, live: set) -> None:
         """Drop reduction buffers no coherence piece refers to."""
         for k in [k for k in self.redbufs if k not in live]:
-            del self.redbufs[k]
+            self._drop_buffer(k)

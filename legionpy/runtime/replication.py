@@ -158,7 +158,8 @@ class Replicator:
             buf, brect = inst.redbufs[c.buffer]
             origin = brect.lo
         else:
-            buf, origin = inst.instance(c.src, root, field), None
+            buf = inst.instance(c.src, root, field)
+            origin = inst.origin(c.src, root, field)
         if not c.more:
             return buf[c.rect.to_slices(origin)]
         parts = [buf[r.to_slices(origin)] for r in c.rects]
@@ -184,6 +185,8 @@ class Replicator:
             else:
                 self._stage(c, np.array(buf, copy=True))
         cl.wait(reqs, lambda: f"rank(s) {peers} to receive copy {c.id} of {root.name}.{field}")
+        if c.buffer is not None:  # sent: the reader folds it, this buffer part is done
+            self.rt.instances.consumed(c.buffer, c.volume)
 
     def _stage(self, c: Any, buf: Any) -> None:
         """Received reduction data (``_source`` layout) into the staging buffers."""
@@ -206,18 +209,18 @@ class Replicator:
             cl.wait([req], lambda: f"copy {c.id} of {root.name}.{field} from rank {peer}")
             if c.buffer is not None:
                 return self._stage(c, buf)
-            dst, off = inst.instance(c.dst, root, field), 0
+            off = 0
             for r in c.rects:
                 part = buf[off:off + r.volume].reshape(r.shape)
                 off += r.volume
+                dst = inst.part(c.dst, root, field, r)
                 if type(dst) is np.ndarray:
-                    dst[r.to_slices()] = part
+                    dst[...] = part
                 else:
                     from . import gpu
-                    gpu.from_host(dst[r.to_slices()], part)
+                    gpu.from_host(dst, part)
             return
-        dst = None if c.buffer is not None else inst.instance(c.dst, root, field)[
-            c.rect.to_slices()]
+        dst = None if c.buffer is not None else inst.part(c.dst, root, field, c.rect)
         if dst is not None and type(dst) is not np.ndarray:
             from . import gpu
             if gpu.ipc_possible(self, c):
