@@ -362,6 +362,11 @@ class Runtime:
                         Request(rect, mode, mem, op_id, redop, buf), new_id)
                     if mode == "reduce":  # mem's open buffer for (root, f), maybe older
                         buf = (plan.buffer, redop)
+                        if mine and plan.prologue:  # folds of another op's reductions
+                            for a in plan.prologue:
+                                if not inst.covers(a.memory, root, f, a.rect):
+                                    self._quiesce()
+                                inst.reserve(a.memory, root, f, a.rect)
                     if plan.copies:
                         for c in plan.copies:
                             self._submit_copy(c, root, f)

@@ -64,6 +64,8 @@ _visible: int | None = None
 _handles_sent: set = set()
 _handles_open: dict = {}
 _backend: Any = None
+#: IPC handles this process exported, opened and closed (either backend)
+ipc_counts = {"exported": 0, "opened": 0, "closed": 0}
 
 
 def backend_name() -> str:
@@ -265,6 +267,7 @@ def close_all() -> None:
         b = backend()
         for raw, _, _ in _handles_open.values():
             b.ipc_close(raw)
+            ipc_counts["closed"] += 1
     _handles_open.clear()
     _handles_sent.clear()
 
@@ -292,6 +295,7 @@ def ipc_send(repl: Any, c: Any, root: Any, field: str, peer: int) -> None:
         rect = repl.rt.instances.rects[(c.src, root.uid, field)]
         handle = (b.ipc_handle(inst), rect.lo, rect.shape)
         _handles_sent.add(key)
+        ipc_counts["exported"] += 1
     tag = cl.tag(c.id)
     req = cl.data.isend(handle, dest=peer, tag=tag)
     cl.wait([req], lambda: f"rank {peer} to take the IPC handle of copy {c.id}")
@@ -311,9 +315,11 @@ def ipc_recv(repl: Any, c: Any, root: Any, field: str, dst: Any, peer: int) -> N
             old = _handles_open.pop(key, None)
             if old is not None:
                 b.ipc_close(old[0])
+                ipc_counts["closed"] += 1
             h, lo, shape = handle
             nbytes = int(np.prod(shape)) * dtype.itemsize
             _handles_open[key] = (b.ipc_open(h, k, nbytes), lo, shape)
+            ipc_counts["opened"] += 1
         raw, lo, shape = _handles_open[key]
         remote = raw.view(dtype).reshape(shape)
         dst[...] = remote[c.rect.to_slices(lo)]
