@@ -234,12 +234,11 @@ def copy_to(a: Any, k: int | None) -> Any:
             with b.Device(k):
                 return a.copy()
         b.Device(a.device.id).synchronize()
-        with b.Device(a.device.id):
-            host = b.asnumpy(a)  # the emulated backend has no peer copy: stage
-        if b.name == "cupy":
+        if b.name == "cupy":  # a peer copy (cudaMemcpyPeer)
             with b.Device(k):
                 return b.cp.array(a, copy=True)
-        a = host
+        with b.Device(a.device.id):  # the emulated backend stages through the host
+            a = b.asnumpy(a)
     with b.Device(k):
         return b.asarray(a)
 
