@@ -124,7 +124,6 @@ class Instances:
         self.nbytes: dict[int, int] = {}  # memory -> bytes of instances and buffers now
         self.peak: dict[int, int] = {}  # memory -> the most bytes it held at once
         self.reserved: dict[int, int] = {}  # memory -> bytes allocated (pool included)
-        self.folded: dict[Any, int] = {}  # buffer key -> elements folded locally so far
         #: dead reduction buffers per (memory, shape, dtype), reused by the next
         #: buffer of that shape (the next step's): allocation-free steady state
         self.pool: dict[tuple, list] = {}
@@ -303,7 +302,6 @@ class Instances:
         """Buffer ``key`` is dead: its array goes to the pool of its memory
         (in use -> reserved), where a later buffer of that shape takes it."""
         got = self.redbufs.pop(key, None)
-        self.folded.pop(key, None)
         if got is not None:
             mem = self.redmem.pop(key, -1)
             buf = got[0]
@@ -333,7 +331,6 @@ class Instances:
             buf, brect = self.redbufs[c.buffer]
             for r in c.rects:
                 self.staging[(c.id, r)] = self.to_memory(buf[r.to_slices(brect.lo)], c.dst)
-            self.consumed(c.buffer, c.volume)
 
     def run_prologue(self, actions: list, root: Any, field: str) -> None:
         for a in actions:
@@ -346,21 +343,6 @@ class Instances:
                     FOLD[a.redop](dst, src, out=dst)
                 else:
                     FOLD[a.redop](dst, self.reduction_part(a.buffer, a.rect), out=dst)
-                    self.consumed(a.buffer, a.rect.volume)
-
-    def consumed(self, key: Any, volume: int) -> None:
-        """``volume`` elements of buffer ``key`` were folded here or copied
-        out to a reader: once all of it is (coherence consumes each pending
-        contribution exactly once: the reader's memory then holds the value),
-        nothing reads it again and it goes back to the pool."""
-        got = self.redbufs.get(key)
-        if got is None:
-            return
-        with self._lock:
-            done = self.folded[key] = self.folded.get(key, 0) + volume
-        if done >= got[1].volume:
-            self.folded.pop(key, None)
-            self._drop_buffer(key)
 
     def keep_only(self, live: set) -> None:
         """Drop reduction buffers no coherence piece refers to."""

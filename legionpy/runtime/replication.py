@@ -185,8 +185,6 @@ class Replicator:
             else:
                 self._stage(c, np.array(buf, copy=True))
         cl.wait(reqs, lambda: f"rank(s) {peers} to receive copy {c.id} of {root.name}.{field}")
-        if c.buffer is not None:  # sent: the reader folds it, this buffer part is done
-            self.rt.instances.consumed(c.buffer, c.volume)
 
     def _stage(self, c: Any, buf: Any) -> None:
         """Received reduction data (``_source`` layout) into the staging buffers."""
