@@ -492,6 +492,10 @@ class Tracer:
         rt = self.rt
         if rec.ordered is None:
             self._fix_order(rec)
+            for t in rec.ops:  # cross-rank copies: persistent MPI requests, for the replays
+                make = getattr(t.fn, "persistent", None)
+                if make is not None:
+                    t.fn = make()
         begin_id = rt._new_id()
         base = rt._next_id
         rt._next_id = base + rec.count
