@@ -310,17 +310,18 @@ class Model:
         ex = self._exec("parameters()")
         return {n: r.read("w") for n, r in ex.pregions.items()}
 
-    def _buffers(self) -> dict[str, np.ndarray]:
-        out = {}
-        for pl in self._ex.plans:
-            for k, v in pl.buffers.items():
-                out[f"{pl.op.name}.{k}"] = v.copy()
-        return out
+    def buffers(self) -> dict[str, np.ndarray]:
+        """``{"op.running_mean": array, "op.running_var": array}`` of every
+        batch norm: the running statistics ``predict``/``evaluate`` use,
+        updated by every ``fit`` step with the layer's momentum."""
+        ex = self._exec("buffers()")
+        ex.fold_running_stats()
+        return {f"{op}.{k}": v.copy() for op, b in ex.buffers.items() for k, v in b.items()}
 
     def save(self, path: str | os.PathLike) -> None:
         """Write parameters (and batch-norm running statistics) to ``path``
         (.npz) atomically: a crash mid-save leaves the previous file intact."""
-        arrays = {**self.parameters(), **self._buffers()}
+        arrays = {**self.parameters(), **self.buffers()}
         atomic_write(path, lambda f: np.savez(f, **arrays), binary=True)
 
     def load(self, path: str | os.PathLike) -> None:
@@ -335,15 +336,11 @@ class Model:
                     raise ModelError(f"checkpoint {os.fspath(path)!r}: parameter {n!r} has "
                                      f"shape {z[n].shape}, the model's is {r.shape}")
                 r.write("w", z[n].astype(r.fields["w"]))
-            for pl in ex.plans:
-                for k in list(pl.buffers) or self._buffer_names(pl):
-                    key = f"{pl.op.name}.{k}"
-                    if key in z:
-                        pl.buffers[k] = z[key].copy()
-
-    @staticmethod
-    def _buffer_names(pl: Any) -> tuple[str, ...]:
-        return ("running_mean", "running_var") if pl.op.kind == "batch_norm" else ()
+            ex.fold_running_stats()
+            for op, b in ex.buffers.items():
+                for k in b:
+                    if f"{op}.{k}" in z:
+                        b[k][...] = z[f"{op}.{k}"]
 
 
 def _delegate(name: str):

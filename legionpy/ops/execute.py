@@ -237,30 +237,36 @@ class _Dropout:
         return [K.dropout_backward(dy, t.cache.get("keep"), op.attrs["rate"])], {}
 
 
+def _host(a: Any) -> np.ndarray:
+    """A numpy copy of a numpy or cupy array."""
+    return a.get() if hasattr(a, "get") else np.array(a)
+
+
 @tile_kernel("batch_norm")
 class _BatchNorm:
-    """Statistics of the tile's own samples (ops/layers.py: channel tiles see
-    the whole batch; sample tiles normalise locally, as FlexFlow and DDP do).
-    Running statistics are updated by the tile holding sample 0 only, so they
-    do not depend on the order tiles run in."""
+    """Training: statistics of the tile's own samples (ops/layers.py: channel
+    tiles see the whole batch; sample tiles normalise locally, as FlexFlow
+    and DDP do). The tile holding sample 0 leaves its batch statistics in
+    ``t.cache["running"]`` as ``(c0, c1, mean, var, count)``; the F task
+    returns them and the executor folds them into the running statistics on
+    the host (:meth:`legionpy.nn.execution.Executor.fold_running_stats`), the
+    same on every rank and whatever order tiles run in. Eval: normalise with
+    ``t.buffers["running_mean"/"running_var"]``."""
 
     @staticmethod
     def forward(op, t):
         c0, c1 = t.out.lo[1], t.out.hi[1]
-        buf = t.buffers
-        c = op.output_shape[1]
-        if "running_mean" not in buf:
-            buf["running_mean"] = np.zeros(c, np.float32)
-            buf["running_var"] = np.ones(c, np.float32)
-        rm, rv = buf["running_mean"], buf["running_var"]
+        eps = op.attrs.get("eps", 1e-5)
         if t.training:
-            y, cache, (m, v, n) = K.batch_norm_forward(t.xs[0], t.ws["gamma"], t.ws["beta"])
+            y, cache, (m, v, n) = K.batch_norm_forward(t.xs[0], t.ws["gamma"], t.ws["beta"],
+                                                       eps=eps)
             if t.out.lo[0] == 0:
-                rm[c0:c1], rv[c0:c1] = K.batch_norm_update_running(rm[c0:c1], rv[c0:c1], m, v,
-                                                                   n)
+                t.cache["running"] = (c0, c1, _host(m), _host(v), n)
         else:
-            y, cache, _ = K.batch_norm_forward(t.xs[0], t.ws["gamma"], t.ws["beta"],
-                                               rm[c0:c1], rv[c0:c1], training=False)
+            xp = K.array_module(t.xs[0])
+            rm, rv = (xp.asarray(t.buffers[k][c0:c1]) for k in ("running_mean", "running_var"))
+            y, cache, _ = K.batch_norm_forward(t.xs[0], t.ws["gamma"], t.ws["beta"], rm, rv,
+                                               eps=eps, training=False)
         t.cache["bn"] = cache
         return K.apply_activation_("relu" if op.attrs.get("relu") else None, y)
 

@@ -174,8 +174,14 @@ class Graph:
     def gelu(self, x, name: str | None = None) -> TensorRef:
         return self._make(O.Gelu, "gelu", [x], name)
 
-    def batch_norm(self, x, relu: bool = False, name: str | None = None) -> TensorRef:
-        return self._make(O.BatchNorm, "batch_norm", [x], name, relu=bool(relu))
+    def batch_norm(self, x, relu: bool = False, momentum: float = 0.1, eps: float = 1e-5,
+                   name: str | None = None) -> TensorRef:
+        """Batch normalisation (optionally fused relu). ``momentum``: weight of
+        each training batch's statistics in the running ones (PyTorch's
+        convention: ``running = (1 - momentum) * running + momentum * batch``),
+        which ``predict``/``evaluate`` normalise with; ``eps`` as PyTorch."""
+        return self._make(O.BatchNorm, "batch_norm", [x], name, relu=bool(relu),
+                          momentum=float(momentum), eps=float(eps))
 
     def dropout(self, x, rate: float = 0.5, seed: int = 0, name: str | None = None):
         return self._make(O.Dropout, "dropout", [x], name, rate=float(rate), seed=int(seed))
