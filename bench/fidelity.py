@@ -1,7 +1,7 @@
 """Simulator fidelity on this machine (issue 9 item 3): simulated vs measured
 iteration time for several strategies of three small zoo models.
 
-For every (model, strategy) it calls :func:`legionpy.optimizer.fidelity.compare`:
+For every (model, strategy) it calls :func:`legionpy.measure.compare`:
 simulate one iteration with the MeasuredCostModel (the real tile kernels,
 profiled first and cached) plus the runtime's measured per-task overhead,
 then run ``--warmup`` + ``--steps`` real training steps with the same
@@ -46,10 +46,10 @@ STRATEGIES = ("data", "model", "owt", "expert", "search", "random")
 def random_strategy(graph, machine, seed: int):
     """A seeded random strategy that the layer API accepts (retries invalid draws)."""
     from legionpy.errors import LegionpyError
-    from legionpy.mapper import weight_tiles
     from legionpy.nn.strategies import resolve_strategy
     from legionpy.optimizer import Strategy
     from legionpy.optimizer.search.space import ConfigSpace
+    from legionpy.placement import weight_tiles
 
     rng = random.Random(seed)
     space = ConfigSpace()
@@ -100,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     os.environ.setdefault("LEGIONPY_SEARCH_BUDGET", "2")
 
+    from legionpy.measure import runtime_overhead
     from legionpy.models.training import parse_sizes, start_runtime
     from legionpy.optimizer import Machine
-    from legionpy.optimizer.fidelity import runtime_overhead
 
     rt = start_runtime()
     root = rt.rank == 0
@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_regime(regime, args, machine, overhead, sizes, root):
     from legionpy import models as zoo
-    from legionpy.optimizer.fidelity import compare, kendall_tau
+    from legionpy.measure import compare
+    from legionpy.optimizer.fidelity import kendall_tau
 
     if root:
         print(f"\n== {regime}-dominated regime ==")

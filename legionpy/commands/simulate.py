@@ -2,7 +2,7 @@
 
 ``--compare`` (``--machine local`` only) then runs the same strategy for real
 on this process's devices (``LEGIONPY_CPUS``) or every rank of an ``mpirun``
-job (:func:`legionpy.optimizer.fidelity.compare`: ``--warmup`` untimed and
+job (:func:`legionpy.measure.compare`: ``--warmup`` untimed and
 ``--steps`` timed training steps with the trace on) and reports simulated vs
 measured iteration time, ``relative_error = |sim - real| / real`` and the busy
 time of every device in both halves. With ``--compare`` the simulated figures
@@ -106,9 +106,9 @@ def _simulate(args) -> dict:
 def _compare(args) -> dict:
     """``simulate --compare``: simulate, run for real, compare (see module doc)."""
     from ..errors import MachineError, ModelError
+    from ..measure.fidelity import compare
     from ..models import MODELS
     from ..models.training import parse_sizes, start_runtime
-    from ..optimizer.fidelity import compare
 
     if args.machine.split(":")[0].lower() != "local":
         raise MachineError(f"--compare runs the strategy for real, and only the local machine "

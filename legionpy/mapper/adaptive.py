@@ -54,7 +54,8 @@ from typing import Any
 
 from ..optimizer.costmodel import AnalyticCostModel, CostModel
 from ..optimizer.strategy import ParallelConfig, Strategy
-from .strategy import StrategyMapper, update_points, weight_tiles
+from ..placement import update_points, weight_tiles
+from .strategy import StrategyMapper
 
 __all__ = ["AdaptiveMapper", "Move", "op_tags", "modelled_busy", "BOUNDS"]
 

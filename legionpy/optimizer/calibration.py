@@ -1,44 +1,26 @@
-"""Calibrating the local machine model through the layer API (issue 9 item 3).
+"""The pure half of the local machine model's calibration (issue 9 item 3).
 
-The empty-task microbenchmark of :func:`~legionpy.optimizer.fidelity.measure_runtime_overhead`
-times ``index_launch`` alone; a training step through the layer API does more
-per task (the StrategyMapper, the nn executor, sharding, fills, futures), so
-it under-predicts the control thread by ~3x. This module measures the
-runtime *as the models use it*, on synthetic calibration models only (deep
-narrow MLPs and tiny conv stacks whose kernels are negligible, under a few
-strategies) -- never on the models whose fidelity is then reported:
+The layer-API calibration (:mod:`legionpy.measure.calibration`) trains
+synthetic models and regresses the runtime's per-step, per-task,
+per-requirement and per-copy costs on the counts of the simulator's task
+graph; this module holds what that needs below ``nn``:
 
-* **control thread** (:func:`calibrate_layer_overhead`): each calibration
-  model is trained with ONE pipelined ``fit`` call
-  (:func:`~legionpy.optimizer.fidelity.measure_runtime`); its kernels being
-  negligible, the steady-state period is the control thread's work per step.
-  The periods are regressed (non-negative least squares, numpy) on the counts
-  of the simulator's task graph for the same model, strategy and machine::
-
-      period = step_s + tasks * launch_s + reqs * req_launch_s + copies * copy_launch_s
-
-  (``tasks``: compute and update tasks, ``reqs``: their region requirements,
-  ``copies``: copy tasks).
-* **workers**: the measured busy time of the devices per step, less the
-  kernels' simulated time, regressed on ``tasks`` and ``reqs``
-  (``task_s``, ``req_task_s``).
+* :func:`task_counts`: ``tasks``, ``reqs`` (region requirements, as the layer
+  API launches them) and ``copies`` of a simulator task graph;
+* :func:`nnls`: non-negative least squares (numpy);
 * **kernel concurrency** (:func:`measure_kernel_concurrency`): a GEMM task
   launched on ONE device, then on every device at once, through the runtime
   (so with its worker threads, BLAS limits and MPI ranks as in training);
   the ratio of the median kernel times is ``kernel_scale``, by which the
   simulator's isolated kernel timings are stretched when devices share the
-  machine's cores.
+  machine's cores;
 * **cores** (:func:`local_cores`): ``len(os.sched_getaffinity(0))`` (else
-  ``os.cpu_count()``), and ``control_threads``: the control threads of the
-  job on this host (1, or the ranks of an ``mpirun`` job). On a CPU machine
-  the control threads and the device workers run on the same cores, so the
-  iteration is also bounded below by the total CPU work divided by the cores:
-  ``(sum of device busy + control_threads * control) / cores`` (processor
-  sharing); with at least ``devices + control_threads`` cores this bound is
-  never the binding one.
+  ``os.cpu_count()``). On a CPU machine the control threads and the device
+  workers run on the same cores, so the iteration is also bounded below by
+  ``(sum of device busy + control_threads * control) / cores``;
+* :class:`ContendedCostModel`: tile kernels timed with the other devices busy.
 
-Every figure is machine- (and rank-layout-) specific and cached by
-:func:`~legionpy.optimizer.fidelity.runtime_overhead` in
+The figures are cached by :func:`legionpy.measure.runtime_overhead` in
 ``$LEGIONPY_CACHE/overhead-v3-MACHINE.json``.
 """
 
@@ -47,20 +29,12 @@ from __future__ import annotations
 import os
 import statistics
 import threading
-import time
 from typing import Any
 
 import numpy as np
 
-__all__ = ["calibration_models", "task_counts", "nnls", "calibrate_layer_overhead",
-           "measure_kernel_concurrency", "local_cores"]
-
-#: (name, builder kwargs) of the synthetic calibration models
-CALIBRATION_MODELS = (("mlp", {"depth": 2}), ("mlp", {"depth": 6}), ("mlp", {"depth": 12}),
-                      ("mlp", {"depth": 6, "split_act": True}),
-                      ("conv", {"depth": 2}), ("conv", {"depth": 4}),
-                      ("lstm", {"steps": 3}), ("lstm", {"steps": 6, "layers": 2}))
-CALIBRATION_STRATEGIES = ("data", "model")
+__all__ = ["task_counts", "nnls", "measure_kernel_concurrency", "local_cores",
+           "ContendedCostModel", "time_contended"]
 
 
 def local_cores() -> int:
@@ -69,54 +43,6 @@ def local_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         return os.cpu_count() or 1
-
-
-def _mlp(depth: int, split_act: bool = False, width: int = 8, batch: int = 8) -> Any:
-    from .. import nn
-
-    m = nn.Model(batch_size=batch, name=f"calib_mlp{depth}{'a' if split_act else ''}")
-    t = m.input((width,))
-    for i in range(depth):
-        if split_act:
-            t = m.relu(m.dense(t, width, name=f"d{i}"), name=f"a{i}")
-        else:
-            t = m.dense(t, width, activation="relu", name=f"d{i}")
-    m.softmax(m.dense(t, 4, name="out"))
-    return m
-
-
-def _conv(depth: int, batch: int = 8) -> Any:
-    from .. import nn
-
-    m = nn.Model(batch_size=batch, name=f"calib_conv{depth}")
-    t = m.input((2, 6, 6))
-    for i in range(depth):
-        t = m.conv2d(t, 2, 3, padding=1, activation="relu", name=f"c{i}")
-    t = m.pool2d(t, 2, name="pool")
-    m.softmax(m.dense(m.flat(t, name="flat"), 4, name="out"))
-    return m
-
-
-def _lstm(steps: int, layers: int = 1, hidden: int = 4, vocab: int = 8,
-          batch: int = 8) -> Any:
-    """A tiny unrolled LSTM classifier: per-step shared embeddings and cells
-    sharing their parameters (the structure, not the sizes, of the zoo's RNNs)."""
-    from .. import nn
-    from ..models.rnn import _embed, _stack
-
-    m = nn.Model(batch_size=batch, name=f"calib_lstm{steps}x{layers}")
-    tokens = m.input((steps,), dtype="int32", name="tokens")
-    tops, _ = _stack(m, _embed(m, tokens, steps, vocab, hidden, "emb"), layers, hidden, "l")
-    m.softmax(m.dense(tops[-1].h, 2, name="out"))
-    return m
-
-
-def calibration_models() -> list[Any]:
-    """Fresh (uncompiled) synthetic calibration models: deep narrow MLPs
-    (with fused and with separate activations), tiny conv stacks and tiny
-    unrolled LSTMs (shared parameters)."""
-    build = {"mlp": _mlp, "conv": _conv, "lstm": _lstm}
-    return [build[kind](**kw) for kind, kw in CALIBRATION_MODELS]
 
 
 def task_counts(taskgraph: dict, graph: Any, update_fields: int = 2) -> dict[str, int]:
@@ -215,60 +141,6 @@ def measure_kernel_concurrency(n: int = 320, elems: int = 1_000_000,
                    intensity_compute=2.0 * n ** 3 / (3 * n * n * 4),  # flop / byte
                    intensity_mem=1.0 / 8)  # one op per float read and written
     return _bcast(figures)
-
-
-def calibrate_layer_overhead(machine: Any, steps: int = 9, warmup: int = 3,
-                             cost: Any = "measured", verbose: bool = False,
-                             models: Any = None, strategies: Any = CALIBRATION_STRATEGIES
-                             ) -> dict[str, Any]:
-    """Regress the runtime's per-step, per-task, per-requirement and per-copy
-    costs from synthetic models trained through the layer API (module doc).
-    Returns the :class:`~legionpy.optimizer.fidelity.RuntimeOverhead` fields
-    plus ``"calibration"`` (the rows, the fits' residuals, the seconds taken).
-    ``models``: a callable returning fresh uncompiled models (default
-    :func:`calibration_models`). Collective under MPI; takes ~5-20 s."""
-    from ..nn.strategies import resolve_strategy
-    from .costmodel import CostModel, cost_model_from_spec
-    from .fidelity import _bcast, measure_runtime
-    from .simulator import Simulator
-
-    t0 = time.perf_counter()
-    cm = cost if isinstance(cost, CostModel) else cost_model_from_spec(cost)
-    rows = []
-    for sname in strategies:
-        for m in (models() if models is not None else calibration_models()):
-            strat = resolve_strategy(sname, m.graph, machine)
-            sim = Simulator(m.graph, machine, cm)
-            res = sim.run(strat)
-            counts = task_counts(sim.tg.to_json(include_times=False), m.graph)
-            kernels = float(sum(res.per_device_busy_s.values()))
-            real = measure_runtime(m, strat, machine, steps=steps, warmup=warmup)
-            real = _bcast(real)
-            busy = float(sum(real["measured_per_device_busy_s"].values()))
-            rows.append({"model": m.graph.name, "strategy": sname, **counts,
-                         "period_s": real["measured_time_s"],
-                         "control_s": real["measured_control_cpu_s"],
-                         "worker_extra_s": max(0.0, busy - kernels)})
-            if verbose:
-                print(f"  calibrate {m.graph.name:<14} {sname:<6} tasks {counts['tasks']:>4} "
-                      f"reqs {counts['reqs']:>5} copies {counts['copies']:>4} period "
-                      f"{real['measured_time_s'] * 1e3:7.2f} ms control "
-                      f"{real['measured_control_cpu_s'] * 1e3:7.2f} ms", flush=True)
-    a = np.array([[1.0, r["tasks"], r["reqs"], r["copies"]] for r in rows])
-    period = np.array([r["control_s"] for r in rows])
-    ctl = nnls(a, period)
-    w = np.array([[r["tasks"], r["reqs"]] for r in rows])
-    extra = np.array([r["worker_extra_s"] for r in rows])
-    wk = nnls(w, extra)
-
-    def rel(fit: np.ndarray, y: np.ndarray) -> float:
-        return float(np.max(np.abs(fit - y) / np.maximum(y, 1e-12)))
-
-    return {"step_s": float(ctl[0]), "launch_s": float(ctl[1]), "req_launch_s": float(ctl[2]),
-            "copy_launch_s": float(ctl[3]), "task_s": float(wk[0]), "req_task_s": float(wk[1]),
-            "calibration": {"rows": rows, "control_worst_residual": rel(a @ ctl, period),
-                            "worker_worst_residual": rel(w @ wk, extra),
-                            "seconds": time.perf_counter() - t0}}
 
 
 # -- kernels timed in the conditions they run -------------------------------------------------

@@ -1,16 +1,9 @@
-"""Fidelity: is the simulator right about this machine? (issue 9 item 3)
+"""Fidelity, the simulation side: the runtime-overhead model of the local
+machine and the re-scheduler that adds it to the simulator (issue 9 item 3).
 
-:func:`compare` simulates one training iteration of a model under a
-strategy on the local machine (``Machine.local()``: this process's devices,
-or every rank of an ``mpirun`` job), then runs the same strategy for real
-with the same devices -- ``compile``, then ONE ``fit`` call over ``warmup +
-steps`` batches (pipelined: step i+1 is launched before step i is waited
-for), the steady-state period timed from the last warm-up step's loss to
-the last step's, with the runtime's trace on -- and
-returns a :class:`FidelityResult`: simulated and measured seconds per
-iteration, the relative error ``|sim - real| / real`` and the busy seconds of
-every device in both halves (the measured ones summed from the trace's
-compute and update records, per step).
+:func:`legionpy.measure.compare` runs a model for real and compares it with
+:func:`simulate_strategy`; the code that trains real models lives there
+(above ``nn``), this module only simulates.
 
 The machine model of a Python runtime
 -------------------------------------
@@ -41,9 +34,9 @@ iteration time exactly.
 
 The empty-task figures under-predict the control thread ~3x for real
 models (the layer API does more per task), so by default
-(:func:`runtime_overhead` ``source="layer"``) the terms are calibrated
+(:func:`legionpy.measure.runtime_overhead` ``source="layer"``) the terms are calibrated
 THROUGH THE LAYER API on synthetic models only
-(:mod:`legionpy.optimizer.calibration`: least squares of the control
+(:mod:`legionpy.measure.calibration`: least squares of the control
 thread's CPU time per step and the workers' time on the task graphs' counts
 of tasks, requirements and copies, plus a per-step term ``step_s``), and the
 local machine model adds CPU contention: the control threads and the device
@@ -67,19 +60,16 @@ of strategies in ``bench/fidelity.py``.
 from __future__ import annotations
 
 import heapq
-import json
-import os
 import re
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
-__all__ = ["FidelityResult", "RuntimeOverhead", "compare", "measure_runtime",
-           "measure_runtime_overhead", "runtime_overhead", "simulate_with_runtime",
+__all__ = ["RuntimeOverhead", "measure_runtime_overhead", "simulate_with_runtime",
            "simulate_strategy", "kendall_tau", "relative_error"]
 
 
@@ -176,13 +166,6 @@ class RuntimeOverhead:
         f = (np.log(max(intensity, 1e-12)) - np.log(lo)) / (np.log(hi) - np.log(lo))
         f = min(1.0, max(0.0, float(f)))
         return self.kernel_scale_mem + f * (self.kernel_scale - self.kernel_scale_mem)
-
-
-def _overhead_path(machine_name: str) -> str:
-    from .costmodel import default_cache_path
-
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", machine_name)
-    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v3-{safe}.json")
 
 
 def _bcast(value: Any) -> Any:
@@ -290,65 +273,6 @@ def measure_runtime_overhead(launches: int = 120, tile_rows: int = 16) -> Runtim
         mine["copy_s"] = max(0.0, med(copies) - ln.latency - nbytes / ln.bandwidth)
     figures = _bcast(mine)
     return RuntimeOverhead(machine="", **figures)
-
-
-def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
-    """The local machine model calibrated through the layer API on synthetic
-    models (:mod:`legionpy.optimizer.calibration`): control-thread and worker
-    terms by least squares, the kernels' concurrency slowdown, the cores and
-    the control threads. Collective under MPI."""
-    from ..runtime import get_runtime
-    from .calibration import calibrate_layer_overhead, local_cores, measure_kernel_concurrency
-
-    rt = get_runtime()
-    figures = calibrate_layer_overhead(machine, verbose=verbose)
-    conc = measure_kernel_concurrency()
-    calib = dict(figures.pop("calibration"), **conc)
-    ranks = 1 + max((d.rank for d in rt.devices), default=0)
-    ranks = max(ranks, int(getattr(rt, "size", 1) or 1))
-    cores = _bcast(local_cores())
-    return RuntimeOverhead(kernel_scale=conc["kernel_scale"],
-                           kernel_scale_mem=conc["kernel_scale_mem"],
-                           intensity_compute=conc["intensity_compute"],
-                           intensity_mem=conc["intensity_mem"], cores=cores,
-                           control_threads=ranks, source="layer-api", machine=machine.name,
-                           calibration=calib, **figures)
-
-
-def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
-                     verbose: bool = False) -> RuntimeOverhead:
-    """The runtime's overhead on this machine, cached per machine name in
-    ``$LEGIONPY_CACHE/overhead-v3-NAME.json`` (``overhead-v3-empty-NAME.json``
-    for ``source="empty"``); collective under MPI. ``source``: ``"layer"``
-    (default, :func:`calibrated_overhead`) or ``"empty"``
-    (:func:`measure_runtime_overhead`, empty tasks, no CPU model)."""
-    from .strategy import atomic_write_json
-
-    if source not in ("layer", "empty"):
-        raise ValueError(f"runtime_overhead: source {source!r} is not 'layer' or 'empty'")
-    path = _overhead_path(machine.name if source == "layer" else f"empty-{machine.name}")
-    have = None
-    if not refresh and os.path.exists(path):
-        try:
-            with open(path) as f:
-                have = json.load(f)
-        except (OSError, ValueError):
-            have = None
-    have = _bcast(have)  # every rank takes rank 0's decision
-    if have is not None:
-        return RuntimeOverhead(**{k: have[k] for k in RuntimeOverhead.__dataclass_fields__
-                                  if k in have})
-    if source == "layer":
-        ovh = calibrated_overhead(machine, verbose=verbose)
-    else:
-        ovh = measure_runtime_overhead()
-        ovh.machine = machine.name
-    from ..runtime import get_runtime
-
-    if get_runtime().rank == 0:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        atomic_write_json(path, ovh.to_dict())
-    return ovh
 
 
 # -- simulation with the runtime's overhead --------------------------------------------------
@@ -578,171 +502,4 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
 
 # -- the real run ----------------------------------------------------------------------------
 
-def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, warmup: int = 2,
-                    seed: int = 0) -> dict[str, Any]:
-    """Compile ``model`` (an uncompiled ``nn.Model``) with ``strategy`` and
-    train ``warmup + steps`` batches in ONE ``fit`` call, as training runs
-    (``fit`` launches step i+1 before waiting for step i, so the control
-    thread's analysis overlaps the devices' work). ``on_step`` stamps the
-    moment each step's loss arrives; the steady-state iteration time is the
-    time from the end of the last warm-up step to the end of the last step,
-    divided by ``steps`` (max over ranks). Returns ``{"measured_time_s",
-    "measured_step_times_s" (the stamps' differences), "measured_per_device_busy_s"
-    (trace busy time inside that window, per step), "measured_control_cpu_s" (CPU
-    seconds of the calling -- control -- thread per step: median step, max over
-    ranks),
-    "final_loss"}``.
-    Collective under MPI."""
-    from .. import data as D
-    from .. import nn
-    from .. import runtime as lr
 
-    rt = lr.get_runtime()
-    model.compile(optimizer=nn.SGD(lr=1e-3), loss="sparse_categorical_crossentropy",
-                  strategy=strategy, machine=machine)
-    b = model.batch_size
-    warmup = max(1, warmup)
-    total = warmup + steps
-    try:
-        xs, y = D.for_model(model, total * b, seed=seed)
-    except (ValueError, TypeError):  # not a zoo-shaped model: random data of its shapes
-        xs, y = _random_data(model.graph, total * b, seed)
-    stamps: list[float] = []
-    cpu: list[float] = []  # the control (calling) thread's CPU time at each step
-
-    def on_step(i: int, logs: dict) -> None:
-        stamps.append(time.perf_counter())
-        cpu.append(time.thread_time())
-
-    lr.fence()
-    rt.trace.start()
-    h = model.fit(xs, y, epochs=1, verbose=0, shuffle=False, on_step=on_step)
-    lr.fence()
-    recs = rt.trace.stop()
-    rt.trace.clear()
-    if len(stamps) != total:
-        raise RuntimeError(f"measure_runtime: {len(stamps)} steps reported, {total} launched")
-    times = [stamps[i] - stamps[i - 1] for i in range(warmup, total)]
-    period = (stamps[-1] - stamps[warmup - 1]) / steps
-    lo, hi = stamps[warmup - 1] - rt.trace.t0, stamps[-1] - rt.trace.t0
-    busy: dict[int, float] = {}
-    for r in recs:
-        if r["device"] is not None and r["kind"] in ("compute", "update"):
-            v = min(r["end"], hi) - max(r["start"], lo)
-            if v > 0:
-                busy[r["device"]] = busy.get(r["device"], 0.0) + v
-    names = {d.id: d.name for d in machine.devices}
-    merged: dict[str, float] = {names.get(d, str(d)): 0.0 for d in names}
-    for part in _gather(busy):
-        for d, v in part.items():
-            key = names.get(d, str(d))
-            merged[key] = merged.get(key, 0.0) + v / steps
-    all_times = _gather(times)
-    control_cpu = statistics.median(cpu[i] - cpu[i - 1] for i in range(warmup, total))
-    return {"measured_time_s": max(_gather(period)),
-            "measured_control_cpu_s": max(_gather(control_cpu)),
-            "measured_step_times_s": [max(ts) for ts in zip(*all_times)],
-            "measured_per_device_busy_s": merged, "final_loss": float(h["step_loss"][-1])}
-
-
-def _random_data(graph: Any, n: int, seed: int) -> tuple[list[np.ndarray], np.ndarray]:
-    """Seeded inputs and class labels of ``graph``'s shapes (float inputs
-    ~ N(0, 1), integer inputs in [0, 2), one label per output row)."""
-    rng = np.random.default_rng(seed)
-    xs = []
-    for op in graph.ops:
-        if op.kind != "input":
-            continue
-        shape = (n, *op.output_shape[1:])
-        if np.dtype(op.dtype).kind in "iu":
-            xs.append(rng.integers(0, 2, shape).astype(op.dtype))
-        else:
-            xs.append(rng.standard_normal(shape).astype(op.dtype))
-    out = graph.ops[-1].output_shape
-    y = rng.integers(0, out[-1], (n, *out[1:-1])).astype(np.int64)
-    return xs, y
-
-
-@dataclass
-class FidelityResult:
-    """Simulated vs measured figures of one (model, strategy) on the local machine."""
-
-    model: str
-    strategy: str
-    machine: str
-    cost_model: str
-    steps: int
-    iteration_time_s: float
-    measured_time_s: float
-    relative_error: float
-    per_device_busy_s: dict = field(default_factory=dict)
-    measured_per_device_busy_s: dict = field(default_factory=dict)
-    measured_step_times_s: list = field(default_factory=list)
-    kernel_time_s: float = 0.0
-    kernel_relative_error: float = 0.0
-    bytes_moved: float = 0.0
-    num_tasks: int = 0
-    overhead: dict | None = None
-    simulation: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def table_row(self) -> str:
-        return (f"{self.model:<10} {self.strategy:<12} {self.iteration_time_s * 1e3:>9.2f} "
-                f"{self.measured_time_s * 1e3:>9.2f} {self.relative_error * 100:>6.1f}%")
-
-
-def _strategy_label(spec: Any) -> str:
-    if isinstance(spec, (str, os.PathLike)):
-        return os.fspath(spec)
-    return "given"
-
-
-def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
-            sizes: dict | None = None, cost: Any = "measured", steps: int = 5, warmup: int = 2,
-            overhead: bool | RuntimeOverhead = True, seed: int = 0,
-            machine: Any = None) -> FidelityResult:
-    """Simulate ``model`` under ``strategy`` on the local machine, run it for
-    real, and compare (module doc).
-
-    ``model``: a zoo name (built with ``scale`` and ``sizes``) or an
-    uncompiled ``nn.Model``; ``strategy``: ``"data" | "model" | "owt" |
-    "expert" | "search"``, a JSON path or a Strategy; ``cost``: a CostModel
-    or ``"measured" | "analytic" | FILE``; ``overhead``: True to add the
-    measured :class:`RuntimeOverhead` of this machine (cached), False for
-    the plain simulator, or given figures. Uses the current runtime (start
-    it first, e.g. ``lp.init(cpus=2)``); collective under MPI, every rank
-    returns rank 0's simulation and the job's measurement."""
-    from .. import models as zoo
-    from ..nn.strategies import resolve_strategy
-    from .machine import Machine
-
-    name = model if isinstance(model, str) else getattr(model.graph, "name", "model")
-    m = zoo.build(model, scale=scale, seed=seed, **(sizes or {})) if isinstance(model, str) \
-        else model
-    machine = machine or Machine.local()
-    strat = resolve_strategy(strategy, m.graph, machine)
-    if overhead is True:
-        ovh: RuntimeOverhead | None = runtime_overhead(machine)
-    elif overhead is False or overhead is None:
-        ovh = None
-    else:
-        ovh = overhead
-    sim = simulate_strategy(m.graph, machine, strat, cost, ovh)
-    sim = _bcast(sim)
-    real = measure_runtime(m, strat, machine, steps=steps, warmup=warmup, seed=seed)
-    t_sim, t_real = sim["iteration_time_s"], real["measured_time_s"]
-    return FidelityResult(
-        model=name, strategy=_strategy_label(strategy), machine=machine.name,
-        cost_model=cost if isinstance(cost, str) else type(cost).__name__, steps=steps,
-        iteration_time_s=t_sim, measured_time_s=t_real,
-        relative_error=relative_error(t_sim, t_real),
-        per_device_busy_s=sim["per_device_busy_s"],
-        measured_per_device_busy_s=real["measured_per_device_busy_s"],
-        measured_step_times_s=real["measured_step_times_s"],
-        kernel_time_s=sim["kernel_time_s"],
-        kernel_relative_error=relative_error(sim["kernel_time_s"], t_real),
-        bytes_moved=sim["bytes_moved"], num_tasks=sim["num_tasks"], overhead=sim["overhead"],
-        simulation={**{k: v for k, v in sim.items() if k not in ("per_device_busy_s",)},
-                    "measured_control_cpu_s": real["measured_control_cpu_s"]})

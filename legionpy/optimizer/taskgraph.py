@@ -28,7 +28,7 @@ point ``k`` in row-major order, on device ``c.devices[k]``):
   tile: one copy per (reducing task on another device, reader).
 - Parameter ``w`` (block ``("param", w)``, depends on the configs of all its
   users): weight tiles and their update shards come from
-  :func:`legionpy.mapper.weight_tiles` (the runtime's rule): a tile used by
+  :func:`legionpy.placement.weight_tiles` (the runtime's rule): a tile used by
   devices ``U`` (first-use order) is split into ``min(|U|, extent)`` shards
   along its largest dim, shard ``c`` homed on ``U[c]``. Field ``w`` starts as
   the shards valid on their homes (written by the previous iteration's
@@ -71,7 +71,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import StrategyError
-from ..mapper.strategy import param_tiles, update_points
+from ..placement import param_tiles, update_points
 from ..runtime.coherence import FieldState, Piece, Request, choose_source
 from . import simkernels as K
 

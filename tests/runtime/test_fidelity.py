@@ -11,10 +11,10 @@ import pytest
 import legionpy as lp
 import legionpy.runtime as lr
 from legionpy.cli import main
+from legionpy.measure import compare
 from legionpy.optimizer import Machine, Simulator, Strategy
 from legionpy.optimizer.fidelity import (
     RuntimeOverhead,
-    compare,
     kendall_tau,
     relative_error,
     simulate_with_runtime,
@@ -169,7 +169,8 @@ def test_nnls_recovers_nonnegative_coefficients():
 
 
 def test_task_counts_of_a_task_graph():
-    from legionpy.optimizer.calibration import calibration_models, task_counts
+    from legionpy.measure.calibration import calibration_models
+    from legionpy.optimizer.calibration import task_counts
 
     models = calibration_models()
     assert len(models) >= 6 and len({m.graph.name for m in models}) == len(models)
@@ -227,11 +228,8 @@ def test_time_contended_runs_helpers():
 
 
 def test_layer_api_calibration_on_synthetic_models(rt2, cache):
-    from legionpy.optimizer.calibration import (
-        _mlp,
-        calibrate_layer_overhead,
-        measure_kernel_concurrency,
-    )
+    from legionpy.measure.calibration import _mlp, calibrate_layer_overhead
+    from legionpy.optimizer.calibration import measure_kernel_concurrency
 
     figs = calibrate_layer_overhead(Machine.local(), steps=2, warmup=1, cost="analytic",
                                     models=lambda: [_mlp(2), _mlp(4)],

@@ -158,7 +158,7 @@ def test_sharded_update_traffic_is_ring_like(monkeypatch):
     device, as a ring all-reduce moves (the old single home received (n - 1)
     x everything). The MLP's weights are tiny, so the shard minimum is
     lowered to one byte to make them "big"."""
-    import legionpy.mapper.strategy as strategy_mod
+    import legionpy.placement as strategy_mod
 
     monkeypatch.setattr(strategy_mod, "SHARD_MIN_BYTES", 1)
     n = 4
@@ -178,7 +178,7 @@ def test_small_parameters_keep_one_update_homed_round_robin():
     """Below SHARD_MIN_BYTES a weight tile is not sharded: one update task on
     one home, the homes of successive parameters rotating over the users;
     the same (n - 1) x the parameters travel each way."""
-    from legionpy.mapper.strategy import SHARD_MIN_BYTES
+    from legionpy.placement import SHARD_MIN_BYTES
 
     n = 4
     a, b = mirror(mlp, n, "data")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-import legionpy.mapper.strategy as strategy_mod
+import legionpy.placement as strategy_mod
 from legionpy.optimizer import Graph, Machine, ParallelConfig, Simulator, Strategy
 from legionpy.optimizer.taskgraph import pack_key
 

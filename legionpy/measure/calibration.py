@@ -1,0 +1,215 @@
+"""Calibrating the local machine model through the layer API (issue 9 item 3).
+
+This is the half of the calibration that trains real (synthetic) models, so
+it lives above :mod:`legionpy.nn` and :mod:`legionpy.models`; the pure parts
+(:func:`~legionpy.optimizer.calibration.nnls`,
+:func:`~legionpy.optimizer.calibration.task_counts`, the kernel-concurrency
+microbenchmark) stay in :mod:`legionpy.optimizer.calibration`, the model
+they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
+:mod:`legionpy.optimizer.fidelity`.
+
+* **control thread** (:func:`calibrate_layer_overhead`): each calibration
+  model (deep narrow MLPs, tiny conv stacks, tiny unrolled LSTMs: kernels
+  negligible, never the models whose fidelity is then reported) is trained
+  with ONE pipelined ``fit`` call (:func:`~legionpy.measure.fidelity.measure_runtime`);
+  the steady-state control-thread CPU time per step is regressed
+  (non-negative least squares) on the counts of the simulator's task graph
+  for the same model, strategy and machine::
+
+      period = step_s + tasks * launch_s + reqs * req_launch_s + copies * copy_launch_s
+
+* **workers**: the measured busy time of the devices per step, less the
+  kernels' simulated time, regressed on ``tasks`` and ``reqs``
+  (``task_s``, ``req_task_s``).
+* :func:`calibrated_overhead` adds the kernels' concurrency slowdown, the
+  cores and the control threads; :func:`runtime_overhead` caches the result
+  per machine in ``$LEGIONPY_CACHE/overhead-v3-MACHINE.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from typing import Any
+
+import numpy as np
+
+from .. import nn
+from ..models.rnn import _embed, _stack
+from ..nn.strategies import resolve_strategy
+from ..optimizer.calibration import local_cores, measure_kernel_concurrency, nnls, task_counts
+from ..optimizer.costmodel import CostModel, cost_model_from_spec, default_cache_path
+from ..optimizer.fidelity import RuntimeOverhead, _bcast, measure_runtime_overhead
+from ..optimizer.simulator import Simulator
+from ..optimizer.strategy import atomic_write_json
+from ..runtime import get_runtime
+from .fidelity import measure_runtime
+
+__all__ = ["calibration_models", "calibrate_layer_overhead", "calibrated_overhead",
+           "runtime_overhead", "CALIBRATION_MODELS", "CALIBRATION_STRATEGIES"]
+
+#: (name, builder kwargs) of the synthetic calibration models
+CALIBRATION_MODELS = (("mlp", {"depth": 2}), ("mlp", {"depth": 6}), ("mlp", {"depth": 12}),
+                      ("mlp", {"depth": 6, "split_act": True}),
+                      ("conv", {"depth": 2}), ("conv", {"depth": 4}),
+                      ("lstm", {"steps": 3}), ("lstm", {"steps": 6, "layers": 2}))
+
+
+CALIBRATION_STRATEGIES = ("data", "model")
+
+
+def _mlp(depth: int, split_act: bool = False, width: int = 8, batch: int = 8) -> Any:
+
+    m = nn.Model(batch_size=batch, name=f"calib_mlp{depth}{'a' if split_act else ''}")
+    t = m.input((width,))
+    for i in range(depth):
+        if split_act:
+            t = m.relu(m.dense(t, width, name=f"d{i}"), name=f"a{i}")
+        else:
+            t = m.dense(t, width, activation="relu", name=f"d{i}")
+    m.softmax(m.dense(t, 4, name="out"))
+    return m
+
+
+def _conv(depth: int, batch: int = 8) -> Any:
+
+    m = nn.Model(batch_size=batch, name=f"calib_conv{depth}")
+    t = m.input((2, 6, 6))
+    for i in range(depth):
+        t = m.conv2d(t, 2, 3, padding=1, activation="relu", name=f"c{i}")
+    t = m.pool2d(t, 2, name="pool")
+    m.softmax(m.dense(m.flat(t, name="flat"), 4, name="out"))
+    return m
+
+
+def _lstm(steps: int, layers: int = 1, hidden: int = 4, vocab: int = 8,
+          batch: int = 8) -> Any:
+    """A tiny unrolled LSTM classifier: per-step shared embeddings and cells
+    sharing their parameters (the structure, not the sizes, of the zoo's RNNs)."""
+
+    m = nn.Model(batch_size=batch, name=f"calib_lstm{steps}x{layers}")
+    tokens = m.input((steps,), dtype="int32", name="tokens")
+    tops, _ = _stack(m, _embed(m, tokens, steps, vocab, hidden, "emb"), layers, hidden, "l")
+    m.softmax(m.dense(tops[-1].h, 2, name="out"))
+    return m
+
+
+def calibration_models() -> list[Any]:
+    """Fresh (uncompiled) synthetic calibration models: deep narrow MLPs
+    (with fused and with separate activations), tiny conv stacks and tiny
+    unrolled LSTMs (shared parameters)."""
+    build = {"mlp": _mlp, "conv": _conv, "lstm": _lstm}
+    return [build[kind](**kw) for kind, kw in CALIBRATION_MODELS]
+
+
+def calibrate_layer_overhead(machine: Any, steps: int = 9, warmup: int = 3,
+                             cost: Any = "measured", verbose: bool = False,
+                             models: Any = None, strategies: Any = CALIBRATION_STRATEGIES
+                             ) -> dict[str, Any]:
+    """Regress the runtime's per-step, per-task, per-requirement and per-copy
+    costs from synthetic models trained through the layer API (module doc).
+    Returns the :class:`~legionpy.optimizer.fidelity.RuntimeOverhead` fields
+    plus ``"calibration"`` (the rows, the fits' residuals, the seconds taken).
+    ``models``: a callable returning fresh uncompiled models (default
+    :func:`calibration_models`). Collective under MPI; takes ~5-20 s."""
+
+    t0 = time.perf_counter()
+    cm = cost if isinstance(cost, CostModel) else cost_model_from_spec(cost)
+    rows = []
+    for sname in strategies:
+        for m in (models() if models is not None else calibration_models()):
+            strat = resolve_strategy(sname, m.graph, machine)
+            sim = Simulator(m.graph, machine, cm)
+            res = sim.run(strat)
+            counts = task_counts(sim.tg.to_json(include_times=False), m.graph)
+            kernels = float(sum(res.per_device_busy_s.values()))
+            real = measure_runtime(m, strat, machine, steps=steps, warmup=warmup)
+            real = _bcast(real)
+            busy = float(sum(real["measured_per_device_busy_s"].values()))
+            rows.append({"model": m.graph.name, "strategy": sname, **counts,
+                         "period_s": real["measured_time_s"],
+                         "control_s": real["measured_control_cpu_s"],
+                         "worker_extra_s": max(0.0, busy - kernels)})
+            if verbose:
+                print(f"  calibrate {m.graph.name:<14} {sname:<6} tasks {counts['tasks']:>4} "
+                      f"reqs {counts['reqs']:>5} copies {counts['copies']:>4} period "
+                      f"{real['measured_time_s'] * 1e3:7.2f} ms control "
+                      f"{real['measured_control_cpu_s'] * 1e3:7.2f} ms", flush=True)
+    a = np.array([[1.0, r["tasks"], r["reqs"], r["copies"]] for r in rows])
+    period = np.array([r["control_s"] for r in rows])
+    ctl = nnls(a, period)
+    w = np.array([[r["tasks"], r["reqs"]] for r in rows])
+    extra = np.array([r["worker_extra_s"] for r in rows])
+    wk = nnls(w, extra)
+
+    def rel(fit: np.ndarray, y: np.ndarray) -> float:
+        return float(np.max(np.abs(fit - y) / np.maximum(y, 1e-12)))
+
+    return {"step_s": float(ctl[0]), "launch_s": float(ctl[1]), "req_launch_s": float(ctl[2]),
+            "copy_launch_s": float(ctl[3]), "task_s": float(wk[0]), "req_task_s": float(wk[1]),
+            "calibration": {"rows": rows, "control_worst_residual": rel(a @ ctl, period),
+                            "worker_worst_residual": rel(w @ wk, extra),
+                            "seconds": time.perf_counter() - t0}}
+
+
+def _overhead_path(machine_name: str) -> str:
+
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", machine_name)
+    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v3-{safe}.json")
+
+
+def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
+    """The local machine model calibrated through the layer API on synthetic
+    models (module doc): control-thread and worker
+    terms by least squares, the kernels' concurrency slowdown, the cores and
+    the control threads. Collective under MPI."""
+
+    rt = get_runtime()
+    figures = calibrate_layer_overhead(machine, verbose=verbose)
+    conc = measure_kernel_concurrency()
+    calib = dict(figures.pop("calibration"), **conc)
+    ranks = 1 + max((d.rank for d in rt.devices), default=0)
+    ranks = max(ranks, int(getattr(rt, "size", 1) or 1))
+    cores = _bcast(local_cores())
+    return RuntimeOverhead(kernel_scale=conc["kernel_scale"],
+                           kernel_scale_mem=conc["kernel_scale_mem"],
+                           intensity_compute=conc["intensity_compute"],
+                           intensity_mem=conc["intensity_mem"], cores=cores,
+                           control_threads=ranks, source="layer-api", machine=machine.name,
+                           calibration=calib, **figures)
+
+
+def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
+                     verbose: bool = False) -> RuntimeOverhead:
+    """The runtime's overhead on this machine, cached per machine name in
+    ``$LEGIONPY_CACHE/overhead-v3-NAME.json`` (``overhead-v3-empty-NAME.json``
+    for ``source="empty"``); collective under MPI. ``source``: ``"layer"``
+    (default, :func:`calibrated_overhead`) or ``"empty"``
+    (:func:`measure_runtime_overhead`, empty tasks, no CPU model)."""
+
+    if source not in ("layer", "empty"):
+        raise ValueError(f"runtime_overhead: source {source!r} is not 'layer' or 'empty'")
+    path = _overhead_path(machine.name if source == "layer" else f"empty-{machine.name}")
+    have = None
+    if not refresh and os.path.exists(path):
+        try:
+            with open(path) as f:
+                have = json.load(f)
+        except (OSError, ValueError):
+            have = None
+    have = _bcast(have)  # every rank takes rank 0's decision
+    if have is not None:
+        return RuntimeOverhead(**{k: have[k] for k in RuntimeOverhead.__dataclass_fields__
+                                  if k in have})
+    if source == "layer":
+        ovh = calibrated_overhead(machine, verbose=verbose)
+    else:
+        ovh = measure_runtime_overhead()
+        ovh.machine = machine.name
+
+    if get_runtime().rank == 0:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write_json(path, ovh.to_dict())
+    return ovh
