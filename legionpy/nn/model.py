@@ -37,7 +37,8 @@ __all__ = ["Model", "History", "LAYERS"]
 
 LAYERS = ("input", "conv2d", "pool2d", "dense", "flat", "reshape", "relu", "sigmoid", "tanh",
           "gelu", "batch_norm", "dropout", "concat", "add", "multiply", "softmax", "embedding",
-          "batch_matmul", "lstm", "attention")
+          "batch_matmul", "lstm", "attention", "layer_norm", "transpose", "slice", "scale",
+          "add_bias", "positional_encoding", "multihead_attention")
 _ids = itertools.count()
 
 

@@ -131,7 +131,7 @@ def _act_bwd(act: str | None, dy: Any, y: Any, cache: dict) -> Any:
         return dy
     if act in K.FUSABLE:
         return K.activation_grad_from_output(act, dy, y)
-    return K.gelu_backward(dy, cache["z"])
+    return K.activation_backward(act, dy, cache["z"], None)
 
 
 # -- operators -------------------------------------------------------------------
@@ -215,12 +215,18 @@ class _Dense:
 @tile_kernel("relu", "sigmoid", "tanh", "gelu")
 class _Unary:
     @staticmethod
+    def _name(op):
+        return "gelu_erf" if op.kind == "gelu" and op.attrs.get("approximate") == "none" \
+            else op.kind
+
+    @staticmethod
     def forward(op, t):
-        return K.activation_forward(op.kind, t.xs[0])
+        return K.activation_forward(_Unary._name(op), t.xs[0])
 
     @staticmethod
     def backward(op, t, y, dy):
-        return [K.activation_backward(op.kind, dy, t.xs[0], y) if t.need(0) else None], {}
+        return [K.activation_backward(_Unary._name(op), dy, t.xs[0], y) if t.need(0)
+                else None], {}
 
 
 @tile_kernel("dropout")
@@ -345,7 +351,10 @@ class _Multiply:
 class _Softmax:
     @staticmethod
     def forward(op, t):
-        return K.softmax_forward(t.xs[0])
+        x = t.xs[0]
+        if op.attrs.get("causal"):
+            x = K.causal_mask(x, t.out.lo[-2])
+        return K.softmax_forward(x)
 
     @staticmethod
     def backward(op, t, y, dy):
@@ -358,17 +367,17 @@ class _BatchMatmul:
     def forward(op, t):
         b = t.xs[1]
         if op.attrs.get("transpose_b"):
-            b = np.swapaxes(b, 1, 2)
+            b = np.swapaxes(b, -1, -2)
         return np.matmul(t.xs[0], b)
 
     @staticmethod
     def backward(op, t, y, dy):
         a, b = t.xs
         tb = op.attrs.get("transpose_b")
-        bb = np.swapaxes(b, 1, 2) if tb else b
-        da = np.matmul(dy, np.swapaxes(bb, 1, 2))
-        db = np.matmul(np.swapaxes(a, 1, 2), dy)
-        return [da, np.swapaxes(db, 1, 2) if tb else db], {}
+        bb = np.swapaxes(b, -1, -2) if tb else b
+        da = np.matmul(dy, np.swapaxes(bb, -1, -2))
+        db = np.matmul(np.swapaxes(a, -1, -2), dy)
+        return [da, np.swapaxes(db, -1, -2) if tb else db], {}
 
 
 @tile_kernel("embedding")
@@ -460,6 +469,8 @@ class _Attention:
         return [dq + dcat[:, h:]] + [dkeys[:, i] for i in range(keys.shape[1])], \
             {"w_a": dwa, "w_c": dwc}
 
+
+from . import execute_sequence  # noqa: E402,F401  (registers the sequence ops' kernels)
 
 EXECUTABLE = tuple(sorted(_KERNELS))
 
