@@ -28,7 +28,8 @@ from typing import Any
 from ..errors import GraphError
 from ..optimizer.graph import Graph
 from .cnn import build_alexnet, build_inception_v3, build_lenet, build_resnet101, build_vgg16
-from .rnn import build_nmt, build_rnnlm, build_rnntc, build_transformer
+from .rnn import build_nmt, build_rnnlm, build_rnntc
+from .transformer import build_transformer
 
 __all__ = ["ZooModel", "MODELS", "BUILDERS", "SMALL", "lenet", "alexnet", "vgg16",
            "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt", "transformer", "build",
@@ -57,8 +58,8 @@ SMALL: dict[str, dict[str, Any]] = {
     "rnntc": {"batch_size": 16, "steps": 8, "hidden": 32, "layers": 2, "vocab": 32},
     "rnnlm": {"batch_size": 16, "steps": 8, "hidden": 64, "layers": 2, "vocab": 32},
     "nmt": {"batch_size": 16, "steps": 6, "hidden": 32, "layers": 1, "vocab": 16},
-    "transformer": {"batch_size": 8, "seq": 8, "d_model": 32, "ff": 64, "layers": 2,
-                    "vocab": 32},
+    "transformer": {"batch_size": 8, "seq": 8, "d_model": 32, "heads": 4, "ff": 64,
+                    "layers": 2, "vocab": 32},
 }
 
 
