@@ -74,14 +74,22 @@ def _load_commands() -> None:
         importlib.import_module(f"legionpy.commands.{name}")
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line (what is wrong, and where to look), status 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the "
+                     "arguments)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     _load_commands()
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="legionpy",
         description="Find and run fast parallelization strategies for deep networks.",
     )
     parser.add_argument("--version", action="version", version=f"legionpy {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, (help_text, fn) in _COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -91,22 +99,62 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+INTERRUPTED = 130
+"""Exit status after Ctrl-C (128 + SIGINT), as shells report it."""
+
+
+def _debug() -> bool:
+    import os
+
+    return os.environ.get("LEGIONPY_DEBUG", "0") not in ("", "0")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand; returns the exit status: 0, 2 for a bad input
+    (one line on stderr saying what to change), 1 for an unexpected error,
+    130 after Ctrl-C. ``LEGIONPY_DEBUG=1`` adds the traceback."""
     from .errors import LegionpyError
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error (already printed)
+        return exc.code if isinstance(exc.code, int) else 2
     if args.command is None:
         parser.print_help()
         return 0
     _, fn = _COMMANDS[args.command]
+    where = f"legionpy {args.command}"
     try:
         result = fn(args)
+    except KeyboardInterrupt:
+        _report(where, "interrupted (Ctrl-C)", None)
+        return INTERRUPTED
     except LegionpyError as exc:
-        print(f"legionpy {args.command}: error: {exc}", file=sys.stderr)
+        _report(where, f"error: {exc}", exc)
         return 2
+    except OSError as exc:  # a file that cannot be read or written
+        name = f" {exc.filename!r}" if exc.filename else ""
+        _report(where, f"error: {exc.strerror or exc}{name}; check the path and its "
+                       "permissions", exc)
+        return 2
+    except Exception as exc:
+        _report(where, f"internal error: {type(exc).__name__}: {exc} (a bug in legionpy; "
+                       "run again with LEGIONPY_DEBUG=1 for the traceback and report it)", exc)
+        return 1
     _emit(result, args.json)
-    return 0
+    code = result.get("exit_status", 0)
+    return int(code)
+
+
+def _report(where: str, message: str, exc: BaseException | None) -> None:
+    """One line on stderr; the traceback too under ``LEGIONPY_DEBUG``."""
+    if exc is not None and _debug():
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    sys.stdout.flush()
+    print(f"{where}: {message}", file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

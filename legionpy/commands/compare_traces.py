@@ -31,10 +31,12 @@ Agg).
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any
 
 from ..cli import command
+from .args import in_file, out_file
 
 __all__ = ["load_timeline", "compare", "plot_timelines"]
 
@@ -76,9 +78,18 @@ def load_timeline(path_or_obj: Any, window: tuple[float, float] | None = None) -
     ``window`` (seconds, after the shift) keeps the tasks starting inside it."""
     if isinstance(path_or_obj, (str, bytes)) or hasattr(path_or_obj, "__fspath__"):
         with open(path_or_obj) as f:
-            obj = json.load(f)
+            try:
+                obj = json.load(f)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                from ..errors import LegionpyError
+                raise LegionpyError(f"{os.fspath(path_or_obj)!r} is not a JSON trace ({e}); "
+                                    "pass a file written by `legionpy simulate --trace` or "
+                                    "LEGIONPY_TRACE") from None
     else:
         obj = path_or_obj
+    if isinstance(obj, dict) and "traceEvents" not in obj:
+        from ..errors import LegionpyError
+        raise LegionpyError(f"{path_or_obj!r} has no traceEvents: not a Chrome trace")
     events = obj["traceEvents"] if isinstance(obj, dict) else obj
     pname: dict[Any, str] = {}
     tname: dict[Any, str] = {}
@@ -191,29 +202,31 @@ def plot_timelines(sim: list[dict], real: list[dict], path: str,
 
 
 def _configure(p) -> None:
-    p.add_argument("sim", help="simulated trace (legionpy simulate --trace FILE)")
-    p.add_argument("real", help="real trace (LEGIONPY_TRACE=FILE)")
-    p.add_argument("--png", metavar="FILE", help="draw both timelines per device")
-    p.add_argument("--window", metavar="START_MS:END_MS",
+    p.add_argument("sim", type=in_file, help="simulated trace (legionpy simulate --trace FILE)")
+    p.add_argument("real", type=in_file, help="real trace (LEGIONPY_TRACE=FILE)")
+    p.add_argument("--png", type=out_file, metavar="FILE", help="draw both timelines per device")
+    p.add_argument("--window", type=_window, metavar="START_MS:END_MS",
                    help="keep the real tasks starting in this window (one iteration)")
 
 
-def _window(spec: str | None) -> tuple[float, float] | None:
-    if not spec:
-        return None
-    from ..errors import LegionpyError
+def _window(spec: str) -> tuple[float, float]:
+    """``START_MS:END_MS`` -> (start, end) seconds (an argparse type)."""
+    import argparse
 
     try:
         a, b = (float(x) * 1e-3 for x in spec.split(":"))
     except ValueError:
-        raise LegionpyError(f"--window {spec!r} is not START_MS:END_MS") from None
+        raise argparse.ArgumentTypeError(f"{spec!r} is not START_MS:END_MS, e.g. 120:180"
+                                         ) from None
+    if not 0 <= a < b:
+        raise argparse.ArgumentTypeError(f"{spec!r}: the window needs 0 <= START_MS < END_MS")
     return a, b
 
 
 @command("compare-traces", "compare a simulated and a real trace per device (--png draws both)")
 def _compare_traces(args) -> dict:
     sim = load_timeline(args.sim)
-    real = load_timeline(args.real, _window(args.window))
+    real = load_timeline(args.real, args.window)
     out = compare(sim, real)
     if args.png:
         plot_timelines(sim, real, args.png)

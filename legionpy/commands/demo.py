@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 
 from ..cli import command
+from .args import degrees, positive_int
 
 
 def _configure_demo(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rows", type=int, default=12, help="rows of the demo region")
-    p.add_argument("--cols", type=int, default=8, help="columns of the demo region")
-    p.add_argument("--degrees", default="3x2", help="equal-partition degrees, e.g. 3x2")
+    p.add_argument("--rows", type=positive_int, default=12, help="rows of the demo region")
+    p.add_argument("--cols", type=positive_int, default=8, help="columns of the demo region")
+    p.add_argument("--degrees", type=degrees, default=(3, 2),
+                   help="equal-partition degrees, e.g. 3x2")
 
 
 @command("demo", "regions and partitions in a few lines (the first thing to run)")
@@ -19,7 +21,7 @@ def _demo(args) -> dict:
 
     from ..regions import Partition, Region
 
-    degrees = tuple(int(d) for d in args.degrees.lower().split("x"))
+    degrees = args.degrees
     region = Region((args.rows, args.cols), {"x": np.float32, "y": np.float64}, name="demo")
     equal = Partition.equal(region, degrees)
     halo = Partition.restriction(region, (args.rows // degrees[0], args.cols), halo=(1, 0))

@@ -24,23 +24,25 @@ from __future__ import annotations
 import time
 
 from ..cli import command
+from .args import machine_spec, out_file, positive_int, size_pair
 
 
 def _configure(p) -> None:
     p.add_argument("model", help="a zoo model (see `legionpy models`)")
-    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--batch-size", type=positive_int, default=None)
     p.add_argument("--scale", choices=("small", "full"), default="small",
                    help="zoo sizes: small (default, seconds on a CPU) or the paper's")
-    p.add_argument("--size", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--size", type=size_pair, action="append", default=[], metavar="KEY=VALUE",
                    help="override a zoo size, e.g. --size hidden=256 (repeatable)")
-    p.add_argument("--machine", default="local",
+    p.add_argument("--machine", type=machine_spec, default="local",
                    help="local (default: this process's devices) or local:N")
     p.add_argument("--strategy", action="append", default=None,
                    help="data (default), model, owt, expert or a strategy file (repeatable)")
     p.add_argument("--all", action="store_true", help="also profile data, model and owt tiles")
-    p.add_argument("--cache", metavar="FILE", default=None,
+    p.add_argument("--cache", type=out_file, metavar="FILE", default=None,
                    help="measurement cache (default $LEGIONPY_CACHE/costs.json)")
-    p.add_argument("--out", metavar="FILE", help="write the cost table (TableCostModel JSON)")
+    p.add_argument("--out", type=out_file, metavar="FILE",
+                   help="write the cost table (TableCostModel JSON)")
 
 
 def build_graph(args):

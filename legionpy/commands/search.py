@@ -17,35 +17,46 @@ import argparse
 import sys
 
 from ..cli import command
+from .args import machine_spec, nonneg_int, out_file, positive_float, positive_int
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="zoo model name (legionpy models)")
-    p.add_argument("--machine", default="p100:1x4", help="machine spec, e.g. p100:4x4")
-    p.add_argument("--budget", type=float, default=30.0, help="search seconds (default 30)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--iterations", type=int, default=None,
+    p.add_argument("--machine", type=machine_spec, default="p100:1x4",
+                   help="machine spec, e.g. p100:4x4")
+    p.add_argument("--budget", type=positive_float, default=30.0,
+                   help="search seconds (default 30)")
+    p.add_argument("--seed", type=nonneg_int, default=0)
+    p.add_argument("--iterations", type=positive_int, default=None,
                    help="MCMC proposals instead of a time budget (deterministic)")
-    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--batch-size", type=positive_int, default=None)
     p.add_argument("--methods", default=None,
                    help="comma-separated: data,model,expert,partitioner,elimination,mcmc,"
                         "exhaustive")
-    p.add_argument("--out", default=None, help="best strategy JSON (default MODEL-SPEC.json)")
-    p.add_argument("--png", default=None, help="also draw the best strategy")
-    p.add_argument("--trace", default=None, help="simulated Chrome trace of the best")
+    p.add_argument("--out", type=out_file, default=None,
+                   help="best strategy JSON (default MODEL-SPEC.json)")
+    p.add_argument("--png", type=out_file, default=None, help="also draw the best strategy")
+    p.add_argument("--trace", type=out_file, default=None,
+                   help="simulated Chrome trace of the best")
     p.add_argument("--no-progress", action="store_true")
 
 
 @command("search", "search a parallelization strategy and compare it with the baselines")
 def _search(args) -> dict:
     from .. import models
+    from ..errors import StrategyError
     from ..optimizer import Machine, Simulator, search
+    from ..optimizer.search import DEFAULT_METHODS
     from ..optimizer.trace import plot_strategy, write_chrome_trace
 
+    methods = args.methods.split(",") if args.methods else None
+    known = list(DEFAULT_METHODS) + ["owt", "exhaustive"]
+    unknown = sorted(set(methods or ()) - set(known))
+    if unknown:
+        raise StrategyError(f"--methods: unknown search methods {unknown}; known: {known}")
     kw = {} if args.batch_size is None else {"batch_size": args.batch_size}
     graph = models.build(args.model, **kw).graph
     machine = Machine.parse(args.machine)
-    methods = args.methods.split(",") if args.methods else None
     bar = None
     if not args.no_progress:
         from tqdm import tqdm

@@ -15,17 +15,18 @@ MPI every rank runs and rank 0 prints.
 from __future__ import annotations
 
 from ..cli import command
+from .args import cost_spec, machine_spec, nonneg_int, out_file, positive_int, size_pair
 
 
 def add_model_arguments(p) -> None:
     """Arguments shared by the commands that build a zoo model on a machine."""
     p.add_argument("model", help="a zoo model (see `legionpy models`)")
-    p.add_argument("--machine", default="local",
+    p.add_argument("--machine", type=machine_spec, default="local",
                    help="SPEC: p100:NODESxGPUS, k80:NxG, dgx1, h100:NxG, local, or a JSON file")
-    p.add_argument("--batch-size", type=int, default=None, help="default: the paper's")
+    p.add_argument("--batch-size", type=positive_int, default=None, help="default: the paper's")
     p.add_argument("--scale", choices=("full", "small"), default="full",
                    help="zoo sizes: the paper's (default) or small (as `legionpy profile`)")
-    p.add_argument("--size", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--size", type=size_pair, action="append", default=[], metavar="KEY=VALUE",
                    help="override a zoo size, e.g. --size hidden=256 (repeatable)")
 
 
@@ -48,22 +49,46 @@ def build_model_and_machine(args):
     return zoo.graph, Machine.parse(args.machine)
 
 
+def check_cost_model(cost: str, machine) -> None:
+    """``--cost measured`` times real kernels on this machine's devices of
+    each kind the machine model has: a GPU model needs CuPy and a GPU here."""
+    from ..errors import MachineError
+
+    if cost != "measured" or not any(d.kind == "gpu" for d in machine.devices):
+        return
+    try:
+        import cupy
+
+        ok = cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # no CuPy, or no CUDA device
+        ok = False
+    if not ok:
+        raise MachineError(f"--cost measured times kernels on this machine's GPUs, but "
+                           f"{machine.name} has GPUs and this machine has no CuPy GPU; use "
+                           "--cost analytic, or a profile JSON measured on a GPU machine "
+                           "(`legionpy profile MODEL --out FILE` there)")
+
+
 def _configure(p) -> None:
     add_model_arguments(p)
     p.add_argument("--strategy", default="data",
                    help="data, model, owt, expert, or a strategy JSON file")
-    p.add_argument("--trace", metavar="FILE", help="write the simulated timeline (Perfetto JSON)")
-    p.add_argument("--taskgraph", metavar="FILE",
+    p.add_argument("--trace", type=out_file, metavar="FILE",
+                   help="write the simulated timeline (Perfetto JSON)")
+    p.add_argument("--taskgraph", type=out_file, metavar="FILE",
                    help="write the iteration task graph the simulator scheduled (JSON)")
-    p.add_argument("--png", metavar="FILE", help="draw the strategy (one row per op)")
-    p.add_argument("--cost", default="analytic", metavar="analytic|measured|FILE",
+    p.add_argument("--png", type=out_file, metavar="FILE",
+                   help="draw the strategy (one row per op)")
+    p.add_argument("--cost", type=cost_spec, default="analytic", metavar="analytic|measured|FILE",
                    help="cost model: analytic roofline (default), measured (real kernels on "
                         "this machine, cached), or a profile JSON from `legionpy profile`")
     p.add_argument("--compare", action="store_true",
                    help="also run the strategy for real here (--machine local) and report "
                         "simulated vs measured iteration time and per-device busy time")
-    p.add_argument("--steps", type=int, default=5, help="--compare: timed steps (default 5)")
-    p.add_argument("--warmup", type=int, default=2, help="--compare: untimed steps (default 2)")
+    p.add_argument("--steps", type=positive_int, default=5,
+                   help="--compare: timed steps (default 5)")
+    p.add_argument("--warmup", type=nonneg_int, default=2,
+                   help="--compare: untimed steps (default 2)")
     p.add_argument("--no-overhead", action="store_true",
                    help="--compare: simulate kernels only, without the runtime's measured "
                         "per-task overhead")
@@ -77,6 +102,7 @@ def _simulate(args) -> dict:
     from ..optimizer.strategy import atomic_write_json
 
     graph, machine = build_model_and_machine(args)
+    check_cost_model(args.cost, machine)
     strategy = Strategy.resolve(args.strategy, graph, machine)
     from ..optimizer.costmodel import cost_model_from_spec
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..cli import command
+from .args import positive_int
 
 
 @command("models", "list the model zoo with operator and parameter counts")
@@ -22,7 +23,7 @@ def _models(args) -> dict:
 
 
 def _configure_machines(p) -> None:
-    p.add_argument("--nodes", type=int, default=None,
+    p.add_argument("--nodes", type=positive_int, default=None,
                    help="describe each preset with this many nodes (default: its own)")
 
 

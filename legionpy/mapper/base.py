@@ -10,7 +10,10 @@ The runtime asks its mapper, at launch time and in program order:
    and, per region requirement, the memory its instance lives in
    (``Mapping.memories``; None = the device's own memory; -1 = host memory).
 4. ``select_parallel_config(op, graph, machine)``: for the layer API, how
-   an operator is partitioned (default: data parallel over every device).
+   an operator is partitioned. ``Model.compile`` asks it for every op; an
+   answer (a ``ParallelConfig``) is kept as given, ``None`` (the default)
+   leaves the op to the optimizer -- compile's ``strategy=`` (search with
+   its cache, a named baseline, a JSON file). See docs/search.md.
 
 Every decision must be a pure function of its inputs (the
 :class:`MapperTask` and the device list), so every MPI rank makes the same
@@ -24,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import MappingError
 from ..runtime.devices import Device
 
 __all__ = ["Mapper", "MapperTask", "TaskOptions", "Mapping"]
@@ -103,10 +105,6 @@ class Mapper:
         return Mapping(dev)
 
     def select_parallel_config(self, op: Any, graph: Any, machine: Any) -> Any:
-        """Default: data parallel (degree = number of devices on the sample dim)."""
-        try:
-            from ..optimizer import ParallelConfig
-        except ImportError as exc:
-            raise MappingError("select_parallel_config needs legionpy.optimizer "
-                               f"(ParallelConfig), which failed to import: {exc}") from exc
-        return ParallelConfig.data_parallel(op, machine)
+        """The ParallelConfig of ``op`` in ``graph`` on ``machine``, or None: no
+        opinion, the optimizer decides (compile's ``strategy=``)."""
+        return None

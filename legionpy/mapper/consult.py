@@ -29,30 +29,10 @@ __all__ = ["consulting_mapper", "ConsultingMapper"]
 
 
 class ConsultingMapper(StrategyMapper):
-    """A StrategyMapper that remembers which spec each model's strategy came from."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.specs: dict[Any, Any] = {}
-
-    def consult(self, model_or_graph: Any, machine: Any = None, strategy: Any = "search",
-                model_id: Any = None) -> Any:
-        """Ask the optimizer for ``strategy`` (spec) of the model on ``machine``
-        (default: this runtime's devices), register it and return it."""
-        from ..nn.strategies import resolve_strategy
-        from ..optimizer import Machine
-
-        graph = getattr(model_or_graph, "graph", model_or_graph)
-        if model_id is None:
-            model_id = getattr(model_or_graph, "id", id(graph))
-        if machine is None:
-            from ..runtime import get_runtime
-
-            machine = Machine.local(len(get_runtime().devices))
-        s = resolve_strategy(strategy, graph, machine)
-        self.add(model_id, graph, s)
-        self.specs[model_id] = strategy
-        return s
+    """The mapper ``compile`` installs in place of the runtime's own
+    :class:`~legionpy.mapper.DefaultMapper` (same policy for untagged
+    launches): a StrategyMapper whose strategies come from the optimizer
+    (:meth:`StrategyMapper.consult`; ``specs`` remembers each model's spec)."""
 
     def strategy_of(self, model_id: Any) -> Any:
         """The registered Strategy of ``model_id``."""

@@ -40,6 +40,29 @@ class StrategyMapper(DefaultMapper):
     def __init__(self) -> None:
         self.table: dict[tuple, tuple[int, ...]] = {}
         self.strategies: dict[Any, Any] = {}
+        self.specs: dict[Any, Any] = {}
+
+    def consult(self, model_or_graph: Any, machine: Any = None, strategy: Any = "search",
+                model_id: Any = None) -> Any:
+        """Ask the optimizer for ``strategy`` (a spec: ``"search"`` -- searched
+        and cached on disk --, a named baseline, a JSON path or a Strategy) of
+        the model on ``machine`` (default: this runtime's devices), register
+        it under ``model_id`` and return it. ``select_parallel_config`` then
+        answers from it."""
+        from ..nn.strategies import resolve_strategy
+        from ..optimizer import Machine
+
+        graph = getattr(model_or_graph, "graph", model_or_graph)
+        if model_id is None:
+            model_id = getattr(model_or_graph, "id", id(graph))
+        if machine is None:
+            from ..runtime import get_runtime
+
+            machine = Machine.local(len(get_runtime().devices))
+        s = resolve_strategy(strategy, graph, machine)
+        self.add(model_id, graph, s)
+        self.specs[model_id] = strategy
+        return s
 
     def add(self, model_id: Any, graph: Any, strategy: Any) -> None:
         """Register (or replace) the strategy of model ``model_id``."""

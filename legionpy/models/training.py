@@ -111,21 +111,30 @@ def _simulated(model: Any, devices: int) -> dict[str, float]:
 
 def add_train_arguments(p: Any, steps: int = 30) -> None:
     """The arguments ``legionpy train`` and ``examples/*.py`` share."""
+    from ..commands.args import nonneg_int, out_file, positive_float, positive_int, size_pair
+
     p.add_argument("--strategy", default="data",
                    help="data, model, owt, search, or a strategy JSON file (default: data)")
-    p.add_argument("--steps", type=int, default=steps, help=f"training steps (default {steps})")
-    p.add_argument("--batch-size", type=int, default=None,
+    p.add_argument("--steps", type=positive_int, default=steps,
+                   help=f"training steps (default {steps})")
+    p.add_argument("--batch-size", type=positive_int, default=None,
                    help="global batch (default: the small preset's, see models.SMALL)")
     p.add_argument("--scale", choices=("small", "full"), default="small",
                    help="small sizes for CPU runs (default) or the paper's shapes")
-    p.add_argument("--size", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--size", type=size_pair, action="append", default=[], metavar="KEY=VALUE",
                    help="override a builder size, e.g. --size hidden=128 --size steps=20")
     p.add_argument("--text", action="store_true",
                    help="RNNs: train on the stdlib-docstring corpus instead of synthetic data")
-    p.add_argument("--devices", type=int, default=None,
+    p.add_argument("--devices", type=positive_int, default=None,
                    help="CPU devices per process (default: 2, or 1 per rank under mpirun)")
-    p.add_argument("--lr", type=float, default=None, help="Adam learning rate")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=positive_float, default=None, help="Adam learning rate")
+    p.add_argument("--seed", type=nonneg_int, default=0)
+    p.add_argument("--checkpoint", type=out_file, metavar="FILE", default=None,
+                   help="resume from FILE when it exists; save to it every "
+                        "--checkpoint-every steps, at the end and on Ctrl-C")
+    p.add_argument("--checkpoint-every", type=positive_int, metavar="N", default=None,
+                   help="with --checkpoint: save every N steps (default: only at the end "
+                        "and on Ctrl-C)")
 
 
 def parse_sizes(pairs: list[str]) -> dict[str, Any]:
@@ -137,7 +146,14 @@ def parse_sizes(pairs: list[str]) -> dict[str, Any]:
         key, sep, val = pair.partition("=")
         if not sep:
             raise ModelError(f"--size takes KEY=VALUE, got {pair!r}")
-        vals = [float(v) if "." in v else int(v) for v in val.split(",")]
+        try:
+            vals = [float(v) if "." in v or "e" in v.lower() else int(v)
+                    for v in val.split(",")]
+        except ValueError:
+            raise ModelError(f"size {pair!r}: {val!r} is not a number or comma-separated "
+                             "numbers; pass e.g. hidden=128 or blocks=1,1,1,1") from None
+        if not key.strip():
+            raise ModelError(f"--size {pair!r} has no KEY; pass KEY=VALUE, e.g. hidden=128")
         out[key.replace("-", "_")] = tuple(vals) if "," in val else vals[0]
     return out
 

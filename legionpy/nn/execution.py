@@ -296,11 +296,11 @@ class Executor:
 
     # -- mapper ------------------------------------------------------------------------
     def install_mapper(self) -> None:
-        rt = self.check_runtime()
-        m = rt.mapper
+        """Register the strategy with a StrategyMapper; any other mapper (a
+        user's, installed on purpose) is kept and places the points itself."""
+        m = self.check_runtime().mapper
         if not isinstance(m, StrategyMapper):
-            m = StrategyMapper()
-            rt.set_mapper(m)
+            return
         if m.strategies.get(self.model_id, (None, None))[1] is not self.strategy:
             m.add(self.model_id, self.graph, self.strategy)
 

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from ..atomic import atomic_write
-from ..errors import ModelError
-from ..optimizer import Graph, Machine
+from ..errors import ModelError, StrategyError
+from ..optimizer import Graph, Machine, Strategy
 from .data import DataLoader, shard
 from .execution import Executor
 from .losses import check_loss, check_metrics
@@ -100,21 +100,51 @@ class Model:
         return self
 
     def _consult(self, rt: Any, machine: Any, spec: Any) -> Any:
-        """The strategy for ``spec``, from the mapper: the runtime's mapper
-        becomes a ConsultingMapper (unless it already places by strategy, like
-        an AdaptiveMapper), which asks the optimizer -- search (cached),
-        a named baseline, a file or a given Strategy -- and then answers
-        slice_task / map_task / select_parallel_config from that strategy."""
-        from ..mapper import StrategyMapper
+        """The strategy, op by op, from the runtime's mapper (DESIGN.md section
+        3): ``select_parallel_config(op, graph, machine)`` for every op. An
+        answer is kept; ``None`` (the default) leaves the op to the optimizer:
+        ``spec`` -- search (cached), a named baseline, a file or a Strategy.
+        The runtime's own DefaultMapper becomes a ConsultingMapper (the same
+        policy for other launches, plus the optimizer's answers); a mapper the
+        user installed stays installed. A StrategyMapper (the consulting and
+        adaptive ones, or a user's subclass) then places every point by the
+        strategy; any other user mapper places the points itself."""
+        from ..mapper import DefaultMapper, StrategyMapper
         from ..mapper.consult import ConsultingMapper
+        from ..optimizer import ParallelConfig
 
         mapper = rt.mapper
-        if not isinstance(mapper, StrategyMapper):
+        if type(mapper) is DefaultMapper:
             mapper = ConsultingMapper()
             rt.set_mapper(mapper)
-        if isinstance(mapper, ConsultingMapper):
-            return mapper.consult(self, machine, spec, model_id=self.id)
-        return resolve_strategy(spec, self.graph, machine)
+        planned = None
+        if isinstance(mapper, StrategyMapper):
+            planned = mapper.consult(self, machine, spec, model_id=self.id)
+        configs, answered = {}, []
+        for op in self.graph.ops:
+            c = mapper.select_parallel_config(op, self.graph, machine)
+            if c is None:
+                if planned is None:
+                    planned = resolve_strategy(spec, self.graph, machine)
+                c = planned[op.name]
+            elif not isinstance(c, ParallelConfig):
+                raise ModelError(f"{type(mapper).__name__}.select_parallel_config returned "
+                                 f"{c!r} for op {op.name!r}; return a ParallelConfig, or None "
+                                 "to let the optimizer decide")
+            elif planned is None or c != planned[op.name]:
+                answered.append(op.name)
+            configs[op.name] = c
+        s = Strategy(configs, self.graph.name, machine.name)
+        if planned is not None and s == planned:
+            return planned
+        try:
+            s = resolve_strategy(s, self.graph, machine)
+        except StrategyError as e:
+            raise StrategyError(f"{type(mapper).__name__}.select_parallel_config answered "
+                                f"ops {answered[:5]}: {e}") from None
+        if isinstance(mapper, StrategyMapper):
+            mapper.add(self.id, self.graph, s)
+        return s
 
     def set_strategy(self, strategy: Any, machine: Any = None) -> None:
         """Change the strategy of a compiled model between steps: the next

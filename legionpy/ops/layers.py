@@ -319,7 +319,13 @@ class Concat(Operator):
 
     def input_rect(self, i, out):
         ax = self.attrs["axis"]
-        off = sum(r.shape[ax] for r in self.inputs[:i])
+        offs = self.__dict__.get("_offsets")
+        if offs is None or len(offs) != len(self.inputs) + 1:  # prefix sums, once
+            offs = [0]
+            for r in self.inputs:
+                offs.append(offs[-1] + r.shape[ax])
+            self._offsets = offs
+        off = offs[i]
         n = self.inputs[i].shape[ax]
         lo, hi = max(out.lo[ax] - off, 0), min(out.hi[ax] - off, n)
         return replace_dim(out, ax, lo, max(lo, hi))

@@ -251,6 +251,9 @@ class Machine:
 
     @classmethod
     def from_json(cls, path: str) -> Machine:
+        if not os.path.isfile(path):
+            raise MachineError(f"no machine file {path!r}; pass an existing JSON file written "
+                               "by Machine.save(), or a preset such as p100:4x4")
         try:
             with open(path) as f:
                 return cls.from_dict(json.load(f))
@@ -279,6 +282,9 @@ class Machine:
         if not m:
             raise MachineError(f"machine spec {spec!r} is not PRESET[:NODESxGPUS] or a path")
         name, n, g = m.group(1), m.group(2), m.group(3)
+        if (n is not None and int(n) < 1) or (g is not None and int(g) < 1):
+            raise MachineError(f"machine spec {spec!r} asks for zero nodes or GPUs; "
+                               "use at least 1 of each, e.g. p100:4x4")
         if name == "local":
             return cls.local(int(n) if n else None)
         return cls.preset(name, nodes=int(n) if n else 1, gpus_per_node=int(g) if g else None)

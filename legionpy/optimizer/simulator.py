@@ -12,12 +12,14 @@ simulation (Algorithm 2) over the task graph of :mod:`.taskgraph`.
 Reports (:class:`SimResult`): iteration time (s), busy seconds per compute
 device and per link, bytes per link, and a static memory estimate per device:
 every output tile and its gradient, every received input copy and its
-gradient, and each weight tile held (weight + gradient) -- FlexFlow does not
-reuse activation memory within an iteration, nor does legionpy. A strategy
-whose estimate exceeds a device's capacity is *infeasible*:
-``SimResult.feasible`` is False and :meth:`Simulator.simulate` returns
-``inf`` so a search never prefers it; the schedule itself is still computed
-(``iteration_time_s``) for inspection.
+gradient, and each update shard held (weight + gradient + optimizer state)
+-- FlexFlow does not reuse activation memory within an iteration, nor does
+legionpy (:mod:`.memory` has the rules and the feasibility API every search
+calls). A strategy whose estimate exceeds a device's capacity is
+*infeasible*: ``SimResult.feasible`` is False, :meth:`Simulator.simulate`
+returns ``inf`` and :attr:`SimResult.search_cost` a penalty above every
+feasible strategy that shrinks with the overflow; the schedule itself is
+still computed (``iteration_time_s``) for inspection.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import StrategyError
+from . import memory
 from . import simkernels as K
 from .costmodel import AnalyticCostModel, CostModel
+from .memory import Feasibility
 from .taskgraph import COPY, TaskGraph
 
 __all__ = ["Simulator", "SimResult"]
@@ -46,6 +50,22 @@ class SimResult:
     feasible: bool = True
     infeasible_devices: list = field(default_factory=list)
     num_tasks: int = 0
+    #: the largest overflow of any device's memory (0.0 when feasible)
+    memory_over_bytes: float = 0.0
+    capacity: dict = field(default_factory=dict)
+
+    @property
+    def search_cost(self) -> float:
+        """What searches minimise (:func:`.memory.search_cost`): the
+        iteration time when feasible, else a penalty above every feasible
+        strategy that shrinks with the overflow."""
+        return memory.search_cost(self.iteration_time_s, self.over_fraction)
+
+    @property
+    def over_fraction(self) -> float:
+        """The largest overflow as a fraction of that device's capacity."""
+        return max(((self.peak_memory[d] - self.capacity[d]) / self.capacity[d]
+                    for d in self.infeasible_devices), default=0.0)
 
     @property
     def bytes_moved(self) -> float:
@@ -57,7 +77,8 @@ class SimResult:
                 "per_device_busy_s": self.per_device_busy_s,
                 "per_link_busy_s": self.per_link_busy_s, "bytes_per_link": self.bytes_per_link,
                 "peak_memory_bytes": self.peak_memory, "feasible": self.feasible,
-                "infeasible_devices": self.infeasible_devices, "num_tasks": self.num_tasks}
+                "infeasible_devices": self.infeasible_devices, "num_tasks": self.num_tasks,
+                "memory_over_bytes": self.memory_over_bytes}
 
 
 class Simulator:
@@ -65,10 +86,11 @@ class Simulator:
     by default, or any :class:`CostModel`). Keeps the last task graph so
     :meth:`delta` can update it op by op."""
 
-    def __init__(self, graph, machine, cost_model: CostModel | None = None) -> None:
+    def __init__(self, graph, machine, cost_model: CostModel | None = None,
+                 optimizer_slots: int = 1) -> None:
         self.graph, self.machine = graph, machine
         self.cost = cost_model or AnalyticCostModel()
-        self.tg = TaskGraph(graph, machine, self.cost)
+        self.tg = TaskGraph(graph, machine, self.cost, optimizer_slots)
         #: heap pops of the last delta(), or -1 if it fell back to a full
         #: reschedule (only on an internal invariant failure; never expected)
         self.last_delta_pops = 0
@@ -125,6 +147,14 @@ class Simulator:
             self.last_delta_pops = -1
         return self.result()
 
+    def feasibility(self, strategy=None) -> Feasibility:
+        """Per-device peak memory against capacity (:mod:`.memory`) of
+        ``strategy`` (built and simulated first), or of the task graph held
+        now (after :meth:`run` or :meth:`delta`) when ``strategy`` is None."""
+        if strategy is not None:
+            self.run(strategy)
+        return memory.check(self)
+
     def iteration_time(self) -> float:
         tg = self.tg
         return float(tg.end[tg.alive].max()) if tg.alive.any() else 0.0
@@ -135,6 +165,7 @@ class Simulator:
         busy, nbytes, mem, last, n = K.summarize(tg.alive, tg.res, tg.dur, tg.kind, tg.nbytes,
                                                  tg.mdev, tg.mbytes, tg.end, tg.n_res, D, COPY)
         bad = [m.devices[d].name for d in range(D) if mem[d] > m.devices[d].memory]
+        cap = {m.devices[d].name: float(m.devices[d].memory) for d in range(D)}
         links = {ln.name: float(busy[D + ln.id]) for ln in m.links if busy[D + ln.id] > 0}
         return SimResult(
             iteration_time_s=float(last),
@@ -143,7 +174,10 @@ class Simulator:
             bytes_per_link={ln.name: float(nbytes[D + ln.id]) for ln in m.links
                             if nbytes[D + ln.id] > 0},
             peak_memory={m.devices[d].name: float(mem[d]) for d in range(D)},
-            feasible=not bad, infeasible_devices=bad, num_tasks=int(n))
+            feasible=not bad, infeasible_devices=bad, num_tasks=int(n),
+            memory_over_bytes=max((float(mem[d] - m.devices[d].memory) for d in range(D)
+                                   if mem[d] > m.devices[d].memory), default=0.0),
+            capacity=cap)
 
     def timeline(self) -> dict:
         """``{key: (start_s, end_s)}`` for every task (keys: stable ids)."""

@@ -146,8 +146,10 @@ class TaskGraph:
     docstring. ``build(strategy)`` makes it from scratch; ``change(op, config)``
     replaces one op's config and returns the seed tasks for Algorithm 2."""
 
-    def __init__(self, graph, machine, cost_model) -> None:
+    def __init__(self, graph, machine, cost_model, optimizer_slots: int = 1) -> None:
         self.graph, self.machine, self.cost = graph, machine, cost_model
+        #: optimizer state per weight element on its update home (memory only)
+        self.optimizer_slots = optimizer_slots
         self.D = machine.num_devices
         self.n_res = self.D + machine.num_links
         ops = graph.ops
@@ -518,7 +520,8 @@ class TaskGraph:
         for t, (r, home) in enumerate(update_points(wtiles)):
             nb = float(r.volume * item)
             tasks.append((pack_key(L, 0, t), self.cost.update_time(
-                param, r, self.machine.devices[home]), home, UPDATE, nb, home, 2 * nb, -1))
+                param, r, self.machine.devices[home]), home, UPDATE, nb, home,
+                (2 + self.optimizer_slots) * nb, -1))
             u = len(tasks) - 1
             st = self._access(st, Request(r, "read_write", home, u), pack_key(L, 1, t, 0),
                               item, 0, tasks, edges, cmap)

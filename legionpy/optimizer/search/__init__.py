@@ -38,6 +38,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..memory import check as check_memory
+from ..memory import format_bytes
 from ..simulator import Simulator
 from ..strategy import Strategy
 from .baselines import baselines, expert_name
@@ -47,6 +49,7 @@ from .mcmc import MCMCResult, initial_candidates
 from .mcmc import mcmc as run_mcmc
 from .partitioner import PartitionResult, partition
 from .space import ConfigSpace
+from .stages import staged_candidates
 
 __all__ = ["mcmc", "run_mcmc", "run_all", "SearchReport", "search_for_model", "eliminate",
            "exhaustive", "partition", "baselines", "ConfigSpace", "MCMCResult",
@@ -76,7 +79,9 @@ class SearchReport:
 
     @property
     def best(self) -> str:
-        return min(self.rows, key=lambda n: (self.rows[n]["iteration_time_s"],
+        """The fastest feasible method; when none fits, the one with the
+        smallest memory overflow (:func:`legionpy.optimizer.memory.search_cost`)."""
+        return min(self.rows, key=lambda n: (self.rows[n]["search_cost"],
                                              list(self.rows).index(n)))
 
     @property
@@ -86,19 +91,36 @@ class SearchReport:
     def to_json(self) -> dict:
         return {"model": self.graph, "machine": self.machine,
                 "search_time_s": self.search_time_s,
-                "strategies": {n: dict(r) for n, r in self.rows.items()}, "best": self.best}
+                "strategies": {n: dict(r) for n, r in self.rows.items()}, "best": self.best,
+                "infeasible": {n: r["memory"] for n, r in self.rows.items()
+                               if not r["feasible"]}}
 
     def table(self) -> str:
         head = (f"{'method':<12} {'iter time (ms)':>15} {'vs data':>8} {'moved (MB)':>11} "
-                f"{'search (s)':>10}")
+                f"{'search (s)':>10} {'stop':>6}")
+        head += f"  {'peak memory':>11}"
         lines = [f"{self.graph} on {self.machine}", head, "-" * len(head)]
+        over = []
         for n, r in self.rows.items():
             t = r["iteration_time_s"]
             ts = "infeasible" if not math.isfinite(t) else f"{t * 1e3:.3f}"
             sp = r["speedup_vs_data"]
+            mem = r["memory"]
             lines.append(f"{n:<12} {ts:>15} {sp:>7.2f}x {r['bytes_moved'] / 1e6:>11.1f} "
-                         f"{r['search_time_s']:>10.2f}")
-        lines.append(f"best: {self.best}   total search time {self.search_time_s:.1f} s")
+                         f"{r['search_time_s']:>10.2f} {r.get('stop', ''):>6}  "
+                         f"{format_bytes(mem['max_peak_bytes']):>11}")
+            if not r["feasible"]:
+                over.append(f"  {n}: out of memory by {format_bytes(mem['over_bytes'])} "
+                            f"({mem['detail']})")
+        if over:
+            lines.append("infeasible (simulated peak memory above device capacity):")
+            lines += over
+        b = self.details.get("budget")
+        tail = f"best: {self.best}   total {self.search_time_s:.1f} s"
+        if b:
+            tail += (f" (searching {b['search_s']:.1f} s of a {b['budget_s']:g} s budget, "
+                     f"scoring {b['scoring_s']:.1f} s)")
+        lines.append(tail)
         return "\n".join(lines)
 
 
@@ -108,8 +130,18 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
             progress: Callable[[int, int | None, float], None] | None = None,
             stage: Callable[[str], None] | None = None) -> SearchReport:
     """Run ``methods`` (default :data:`DEFAULT_METHODS`; add ``"exhaustive"``
-    for tiny cases) and simulate each result. MCMC gets what is left of
-    ``budget_s`` (at least half of it) or ``iterations`` proposals."""
+    for tiny cases) and simulate each result.
+
+    The budget (issue 18): the searches together take at most ``budget_s``
+    seconds (plus one proposal). The elimination DP may use up to 60% of it
+    when MCMC follows (else all of it), the partitioner and the exhaustive
+    search what is left, MCMC the rest; a method whose deadline passes stops
+    and returns its best so far (``stop`` column ``budget``; the DP then
+    returns data parallelism). Full simulations that score the results
+    (every strategy once: the baselines, each method's answer) are counted
+    apart (``details["budget"]["scoring_s"]``); MCMC reuses them as the costs
+    of its starting points. With ``iterations`` MCMC never reads the clock
+    (deterministic) and the other methods get no deadline."""
     t0 = time.perf_counter()
     methods = list(methods or DEFAULT_METHODS)
     ename = expert_name(graph)
@@ -123,56 +155,108 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
     sim = Simulator(graph, machine, cost_model)
     rep = SearchReport(graph.name, machine.name)
     found: dict[str, tuple[Strategy, float]] = {}
+    stops: dict[str, str] = {}
+    scored: dict[Strategy, tuple] = {}
+    scoring = [0.0]
+
+    def score(s: Strategy, result=None) -> tuple:
+        """(SimResult, memory Feasibility) of ``s``, simulated once."""
+        r = scored.get(s)
+        if r is None:
+            t = time.perf_counter()
+            res = result if result is not None else sim.run(s)
+            r = scored[s] = (res, check_memory(sim))
+            scoring[0] += time.perf_counter() - t
+        return r
+
+    def cost(s: Strategy) -> float:
+        return score(s)[0].search_cost
+
     base = baselines(graph, machine)
     for m in methods:
         if m in base:
             found[m] = (base[m], 0.0)
+    for m in ("data", ename):
+        if m in methods or "mcmc" in methods:
+            score(base[m])
+    t_search, scored_before = time.perf_counter(), scoring[0]
+    timed = iterations is None
+    deadline = t_search + budget_s if timed else None
+
+    def share(frac: float) -> float | None:
+        return t_search + frac * budget_s if timed else None
+
     dp = None
     if "elimination" in methods or "mcmc" in methods:
         if stage:
             stage("elimination")
-        dp = eliminate(graph, machine, cost_model=cost_model)
+        dp = eliminate(graph, machine, cost_model=cost_model,
+                       deadline=share(0.6 if "mcmc" in methods else 1.0))
         rep.details["elimination"] = {"exact": dp.exact, "additive_cost_s": dp.additive_cost_s,
-                                      "fixed_nodes": len(dp.fixed_nodes)}
+                                      "fixed_nodes": len(dp.fixed_nodes), "groups": dp.groups,
+                                      "stopped_on_budget": dp.stopped_on_budget}
+        stops["elimination"] = "budget" if dp.stopped_on_budget else "done"
+        dp_s, dp_t = dp.strategy, dp.search_time_s
+        if not dp.stopped_on_budget:  # disjoint device sets for repeated layers (.stages)
+            t1, sc = time.perf_counter(), scoring[0]
+            tried = {"dp": cost(dp_s)}
+            for name, s in staged_candidates(graph, machine, dp_s).items():
+                if timed and time.perf_counter() >= share(0.6 if "mcmc" in methods else 1.0):
+                    stops["elimination"] = "budget"
+                    break
+                tried[name] = cost(s)
+                if tried[name] < cost(dp_s):
+                    dp_s = s
+            scoring[0] = sc  # these simulations are the pass's search, not scoring
+            dp_t += time.perf_counter() - t1
+            rep.details["elimination"]["staged"] = tried
         if "elimination" in methods:
-            found["elimination"] = (dp.strategy, dp.search_time_s)
+            found["elimination"] = (dp_s, dp_t)
     if "partitioner" in methods:
         if stage:
             stage("partitioner")
-        pr = partition(graph, machine, seed=seed, cost_model=cost_model)
+        pr = partition(graph, machine, seed=seed, cost_model=cost_model, deadline=deadline)
         found["partitioner"] = (pr.strategy, pr.search_time_s)
+        stops["partitioner"] = "budget" if pr.stopped_on_budget else "done"
     if "exhaustive" in methods:
         if stage:
             stage("exhaustive")
-        ex = exhaustive(graph, machine, space, cost_model, simulator=sim)
+        ex = exhaustive(graph, machine, space, cost_model, simulator=sim, deadline=deadline)
         found["exhaustive"] = (ex.strategy, ex.search_time_s)
+        stops["exhaustive"] = "budget" if ex.stopped_on_budget else "done"
         rep.details["exhaustive"] = {"complete": ex.complete, "leaves": ex.leaves}
     if "mcmc" in methods:
         if stage:
             stage("mcmc")
-        left = max(0.5 * budget_s, budget_s - (time.perf_counter() - t0))
-        init = initial_candidates(graph, machine, seed, space, dp.strategy)
+        init = initial_candidates(graph, machine, seed, space, dp_s)
+        known = {n: cost(s) for n, s in init.items() if n != "random"}
+        left = max(0.0, deadline - time.perf_counter()) if timed else budget_s
         t1 = time.perf_counter()
         mr = run_mcmc(graph, machine, left, seed, iterations, space=space, initial=init,
-                      simulator=sim, progress=progress)
-        found["mcmc"] = (mr.strategy, time.perf_counter() - t1 + dp.search_time_s)
+                      simulator=sim, progress=progress, known_costs=known)
+        found["mcmc"] = (mr.strategy, time.perf_counter() - t1 + dp_t)
+        if mr.result is not None:
+            score(mr.strategy, mr.result)
+        stops["mcmc"] = "budget" if mr.stopped_on_budget else "done"
         rep.details["mcmc"] = {"iterations": mr.iterations, "accepted": mr.accepted,
-                               "chains": mr.chains, "polish_moves": mr.polish_moves}
-    results = {}
+                               "chains": mr.chains, "polish_moves": mr.polish_moves,
+                               "stopped_on_budget": mr.stopped_on_budget}
+    search_s = time.perf_counter() - t_search - (scoring[0] - scored_before)
+    results = {m: score(found[m][0]) for m in methods}
+    data_t = score(base["data"])[0].iteration_time_s
     for m in methods:
-        s, _ = found[m]
-        results[m] = sim.run(s)
-    data_t = results["data"].iteration_time_s if "data" in results else \
-        sim.run(Strategy.data_parallel(graph, machine)).iteration_time_s
-    for m in methods:
-        r = results[m]
+        r, f = results[m]
         t = r.iteration_time_s if r.feasible else math.inf
         rep.rows[m] = {"iteration_time_s": t, "speedup_vs_data": data_t / t if t else 0.0,
                        "bytes_moved": r.bytes_moved, "search_time_s": found[m][1],
-                       "feasible": r.feasible}
+                       "feasible": r.feasible, "search_cost": r.search_cost,
+                       "memory": {**f.to_dict(), "detail": f.describe()},
+                       "stop": stops.get(m, "")}
         s = found[m][0]
         rep.strategies[m] = Strategy(dict(s), graph.name, machine.name)
     rep.search_time_s = time.perf_counter() - t0
+    rep.details["budget"] = {"budget_s": budget_s, "search_s": max(0.0, search_s),
+                             "scoring_s": scoring[0]}
     return rep
 
 

@@ -21,6 +21,13 @@ For op ``o`` with config ``c`` and edge ``(p -> o)`` with configs ``(cp, co)``:
 These are estimates: every method's final strategy is re-simulated by the
 full simulator, so methods are compared on one cost.
 
+A parameter shared by ``n`` ops (the cells of an unrolled LSTM layer) is
+synchronised once per iteration (the task graph merges its uses), so each
+user is charged ``1/n`` of its sync. Every table is cached by the op's
+*structural signature* (kind, shapes, attributes, input views, parameter
+shapes), not its identity: the 256 identical steps of an unrolled RNN cost
+one computation (issue 18).
+
 :class:`AdditiveCosts` also gives the per-device busy seconds and the
 minimum tile time a config implies, which the exhaustive search's lower
 bound uses.
@@ -59,10 +66,33 @@ class AdditiveCosts:
         self._need: dict = {}
         self._bounds: dict = {}
         self._sync: dict = {}
+        self._edges: dict = {}
+        self._sig: dict = {}
+        self.users: dict[int, int] = {}
+        for op in graph.ops:
+            for p in op.params.values():
+                self.users[id(p)] = self.users.get(id(p), 0) + 1
+
+    def signature(self, op, views: bool = True) -> tuple:
+        """What the op's costs depend on: equal signatures, equal tables.
+        Node costs do not depend on where an input view sits in its producer
+        (``views=False``); edge costs do."""
+        k = (op.index, views)
+        s = self._sig.get(k)
+        if s is None:
+            s = self._sig[k] = (
+                op.kind, op.output_shape, op.dims, op.dtype,
+                tuple(sorted((k, repr(v)) for k, v in op.attrs.items())),
+                tuple((r.shape, r.op.dims, r.op.dtype) + ((r.op.output_shape, repr(r.view))
+                                                          if views else ())
+                      for r in op.inputs),
+                tuple((k, p.shape, str(p.dtype), self.users[id(p)])
+                      for k, p in op.params.items()))
+        return s
 
     # -- tiles -----------------------------------------------------------------
     def tiles(self, op, degrees) -> list[Rect]:
-        k = (op.index, degrees)
+        k = (op.output_shape, degrees)
         t = self._tiles.get(k)
         if t is None:
             t = self._tiles[k] = op.output_rect.split(degrees)
@@ -76,7 +106,8 @@ class AdditiveCosts:
     # -- node costs --------------------------------------------------------------
     def tile_times(self, op, cfg) -> np.ndarray:
         """Forward + backward seconds of each tile of ``op`` under ``cfg``."""
-        k = (op.index, cfg.degrees, tuple(self.machine.devices[d].kind for d in cfg.devices))
+        k = (self.signature(op, False), cfg.degrees,
+             tuple(self.machine.devices[d].kind for d in cfg.devices))
         r = self._compute.get(k)
         if r is None:
             ts = []
@@ -101,7 +132,7 @@ class AdditiveCosts:
         """Gradient-sync + update seconds of ``op``'s parameters under ``cfg``."""
         if not op.params:
             return 0.0
-        k = (op.index, cfg)
+        k = (self.signature(op, False), cfg)
         r = self._sync.get(k)
         if r is not None:
             return r
@@ -118,7 +149,7 @@ class AdditiveCosts:
                 t = self.cost.update_time(p, rect, self.machine.devices[home])
                 for d in set(devs):
                     t += self.copy_seconds(nb, d, home) + self.copy_seconds(nb, home, d)
-                per_home[home] = per_home.get(home, 0.0) + t
+                per_home[home] = per_home.get(home, 0.0) + t / self.users[id(p)]
         r = self._sync[k] = max(per_home.values()) if per_home else 0.0
         return r
 
@@ -129,7 +160,7 @@ class AdditiveCosts:
     def _needs(self, op, i: int, dc) -> tuple[np.ndarray, np.ndarray]:
         """lo, hi (n_consumer_tiles, ndim) of what each tile reads of input ``i``
         in the producer's coordinates (empty needs: lo == hi)."""
-        k = (op.index, i, dc)
+        k = (self.signature(op), i, dc)
         r = self._need.get(k)
         if r is None:
             ref = op.inputs[i]
@@ -149,11 +180,11 @@ class AdditiveCosts:
 
     def _volumes(self, op, i: int, dp, dc) -> np.ndarray:
         """Bytes (n_producer_tiles, n_consumer_tiles) of input ``i`` of ``op``."""
-        k = (op.index, i, dp, dc)
+        k = (self.signature(op), i, dp, dc)
         v = self._inter.get(k)
         if v is None:
             prod = op.inputs[i].op
-            kp = (prod.index, dp)
+            kp = (prod.output_shape, dp)
             b = self._bounds.get(kp)
             if b is None:
                 tp = self.tiles(prod, dp)
@@ -179,10 +210,34 @@ class AdditiveCosts:
 
     def edge_matrix(self, op, i: int, cps, ccs) -> np.ndarray:
         """``edge`` for every pair of producer configs ``cps`` x consumer ``ccs``."""
-        out = np.empty((len(cps), len(ccs)))
+        k = (self.signature(op), i, tuple(cps), tuple(ccs))
+        out = self._edges.get(k)
+        if out is not None:
+            return out
+        # every producer tile of every producer config, stacked (vectorised ``edge``)
+        prod = op.inputs[i].op
+        lo, hi, which, pdev = [], [], [], []
         for a, cp in enumerate(cps):
-            for b, cc in enumerate(ccs):
-                out[a, b] = self.edge(op, i, cp, cc)
+            for t, d in zip(self.tiles(prod, cp.degrees), cp.devices):
+                lo.append(t.lo)
+                hi.append(t.hi)
+                which.append(a)
+                pdev.append(d)
+        plo, phi = np.array(lo)[:, None, :], np.array(hi)[:, None, :]
+        which, pdev = np.array(which), np.array(pdev)
+        D = self.machine.num_devices
+        out = np.empty((len(cps), len(ccs)))
+        for b, cc in enumerate(ccs):
+            nlo, nhi = self._needs(op, i, cc.degrees)
+            ext = np.minimum(phi, nhi[None]) - np.maximum(plo, nlo[None])
+            v = np.prod(np.clip(ext, 0, None), axis=2).astype(float) * prod.itemsize
+            sc = np.asarray(cc.devices)
+            lat = self.lat[pdev[:, None], sc[None, :]]
+            t = np.where(v > 0, lat + v * self.spb[pdev[:, None], sc[None, :]], 0.0)
+            key = (which[:, None] * D + sc[None, :]).ravel()
+            per = np.bincount(key, t.ravel(), minlength=len(cps) * D).reshape(len(cps), D)
+            out[:, b] = 2.0 * per.max(axis=1)
+        self._edges[k] = out
         return out
 
     def total(self, strategy) -> float:

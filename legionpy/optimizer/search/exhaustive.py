@@ -27,7 +27,8 @@ Only for small cases: the space has ``prod_o |C_o|`` strategies. The tests
 use LeNet and a 2-step RNN on 4 devices with ``ConfigSpace(degrees=(1, 4),
 labels=("sample", "parameter"), placement="zero")`` plus single-device
 placements (see the tests); ``max_leaves`` stops a search that would run too
-long (``ExhaustiveResult.complete`` is then False).
+long (``ExhaustiveResult.complete`` is then False), and so does
+``deadline`` (a ``time.perf_counter()`` value; ``stopped_on_budget``).
 """
 
 from __future__ import annotations
@@ -59,11 +60,13 @@ class ExhaustiveResult:
     pruned: int
     space_size: float
     search_time_s: float
+    stopped_on_budget: bool = False
 
 
 def exhaustive(graph, machine, space: ConfigSpace | None = None, cost_model=None,
                table: dict | None = None, max_leaves: int = 200_000,
-               simulator: Simulator | None = None) -> ExhaustiveResult:
+               simulator: Simulator | None = None,
+               deadline: float | None = None) -> ExhaustiveResult:
     """Depth-first search with lower-bound pruning over ``space`` (or an explicit
     ``{op name: configs}`` ``table``)."""
     t0 = time.perf_counter()
@@ -92,7 +95,7 @@ def exhaustive(graph, machine, space: ConfigSpace | None = None, cost_model=None
     best_strategy, best_cost = None, math.inf
     try:
         from .elimination import eliminate
-        inc = eliminate(graph, machine, space, costs=costs).strategy
+        inc = eliminate(graph, machine, space, costs=costs, deadline=deadline).strategy
         if all(inc[op.name] in table[op.name] for op in ops):
             best_strategy, best_cost = inc, walker.goto(inc)
     except Exception:  # the incumbent is only a speed-up
@@ -111,6 +114,9 @@ def exhaustive(graph, machine, space: ConfigSpace | None = None, cost_model=None
             stats["leaves"] += 1
             if c < best_cost:
                 best_strategy, best_cost = s, c
+            if deadline is not None and time.perf_counter() >= deadline:
+                stats["budget"] = 1
+                return False
             return stats["leaves"] < max_leaves
         for j, c in enumerate(cfgs[k]):
             stats["nodes"] += 1
@@ -136,4 +142,5 @@ def exhaustive(graph, machine, space: ConfigSpace | None = None, cost_model=None
                             leaves=stats["leaves"], nodes=stats["nodes"],
                             pruned=stats["pruned"],
                             space_size=float(math.prod(len(c) for c in cfgs)),
-                            search_time_s=time.perf_counter() - t0)
+                            search_time_s=time.perf_counter() - t0,
+                            stopped_on_budget="budget" in stats)

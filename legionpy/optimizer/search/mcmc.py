@@ -25,6 +25,13 @@ an accepted proposal would have to be replayed on the second). With
 ``use_delta=False`` every proposal is a full simulation instead (the
 benchmark's delta-vs-full comparison).
 
+Group moves (issue 18): with probability ``group_moves`` a proposal
+re-draws the config of a whole *tied group* instead -- the ops that share a
+parameter, such as the cells of one unrolled LSTM layer -- so a layer can
+move to its own block of devices in one step (a single cell moving alone
+is always worse, so single-op moves never find layers pipelined on
+disjoint devices). Also symmetric; evaluated by a full simulation.
+
 Chains: one per initial candidate (data parallel, the expert strategy
 (OWT for CNNs, the RNN expert for graphs with LSTM cells), a random strategy
 from the space and the elimination DP's result), run one after the other;
@@ -76,6 +83,8 @@ class MCMCResult:
     accepted: int = 0
     polish_moves: int = 0
     search_time_s: float = 0.0
+    stopped_on_budget: bool = False
+    result: object = None
 
 
 def initial_candidates(graph, machine, seed: int = 0, space: ConfigSpace | None = None,
@@ -93,7 +102,9 @@ def initial_candidates(graph, machine, seed: int = 0, space: ConfigSpace | None 
 
 
 def _cost(r) -> float:
-    return r.iteration_time_s if r.feasible else math.inf
+    """What every method minimises (docs/search.md): the iteration time when
+    the strategy fits in memory, else a penalty shrinking with the overflow."""
+    return r.search_cost
 
 
 class _Walker:
@@ -130,6 +141,19 @@ class _Walker:
         return c
 
 
+def _groups(graph, table: Mapping[str, list]) -> list[list[str]]:
+    """Tied groups (:func:`.elimination.tied_groups`) of two or more movable
+    ops with one config table, as op-name lists."""
+    from .elimination import tied_groups
+
+    by: dict[int, list[str]] = {}
+    for op, g in zip(graph.ops, tied_groups(graph)):
+        if op.name in table:
+            by.setdefault(g, []).append(op.name)
+    return [ns for ns in by.values() if len(ns) > 1 and len(table[ns[0]]) > 1
+            and all(table[n] == table[ns[0]] for n in ns)]
+
+
 def polish(walker: _Walker, strategy: Strategy, cost: float, table: Mapping[str, list],
            max_sweeps: int = 20, deadline: float | None = None) -> tuple[Strategy, float, int]:
     """Hill-climb over single-op changes until none improves (or ``max_sweeps``)."""
@@ -159,7 +183,9 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
          alpha: float = 1.1, rel_scale: float = 0.05, reset_every: int | None = None,
          use_delta: bool = True, polish_limit: int = 4000, cost_model=None,
          simulator: Simulator | None = None, progress: ProgressFn | None = None,
-         elimination: bool = True, table: Mapping[str, list] | None = None) -> MCMCResult:
+         elimination: bool = True, table: Mapping[str, list] | None = None,
+         known_costs: Mapping[str, float] | None = None,
+         group_moves: float = 0.25) -> MCMCResult:
     """Metropolis-Hastings search; see the module docstring.
 
     ``budget_s``: wall-clock seconds (ignored when ``iterations`` is given);
@@ -167,7 +193,15 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
     ``initial``: ``{name: Strategy}`` starting points (default
     :func:`initial_candidates`, with the elimination DP's result when
     ``elimination``); ``table``: an explicit ``{op name: configs}`` instead of
-    ``space``. Returns an :class:`MCMCResult`."""
+    ``space``; ``group_moves``: the probability that a proposal re-draws
+    the config of a whole tied group (ops sharing a parameter, e.g. the cells
+    of one LSTM layer) instead of one op; ``known_costs``: simulated costs of
+    some ``initial`` strategies (by name), not simulated again. Under a
+    wall-clock budget nothing starts after the deadline (a chain, a
+    proposal, a polishing move), so the search ends within one proposal of
+    it; ``stopped_on_budget`` says whether the
+    deadline, rather than convergence, ended it. Returns an
+    :class:`MCMCResult` (``result``: the best strategy's SimResult)."""
     t0 = time.perf_counter()
     space = space or ConfigSpace()
     sim = simulator or Simulator(graph, machine, cost_model)
@@ -183,17 +217,28 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
                                          graph.name, machine.name)
     table = dict(table) if table is not None else space.table(graph, machine)
     movable = [n for n, c in table.items() if len(c) > 1]
+    groups = _groups(graph, table) if group_moves > 0 else []
     walker = _Walker(sim, use_delta)
-    init_costs = {name: walker.goto(s) for name, s in initial.items()}
+    known = dict(known_costs or {})
+    names = list(initial)
+    if iterations is None and known:
+        # under a clock: best known start first, the others simulated when their
+        # chain starts (a chain the budget never reaches costs nothing)
+        init_costs = {n: known[n] for n in names if n in known}
+        names = sorted(init_costs, key=lambda n: (init_costs[n], names.index(n))) + \
+            [n for n in names if n not in known]
+    else:
+        init_costs = {name: known[name] if name in known else walker.goto(s)
+                      for name, s in initial.items()}
     finite = [c for c in init_costs.values() if math.isfinite(c)]
     cost0 = min(finite) if finite else 1.0
     beta = alpha / max(1e-12, min(1e-3, rel_scale * cost0))
-    best_name = min(init_costs, key=lambda n: (init_costs[n], list(initial).index(n)))
+    best_name = min(init_costs, key=lambda n: (init_costs[n], names.index(n)))
     best, best_cost = initial[best_name], init_costs[best_name]
-    names = list(initial)
     reset_every = reset_every or max(50, 2 * len(movable))
     deadline = t0 + budget_s
     chains, total_it, total_acc = [], 0, 0
+    on_budget = False
     for k, name in enumerate(names):
         rng = random.Random(f"{seed}:{k}")
         if iterations is not None:
@@ -201,9 +246,13 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
             chain_deadline = math.inf
         else:
             share = None
+            if time.perf_counter() >= deadline:
+                on_budget = True
+                break
             chain_deadline = time.perf_counter() + max(
                 0.0, deadline - time.perf_counter()) / (len(names) - k)
         cur_cost = walker.goto(initial[name])
+        init_costs.setdefault(name, cur_cost)
         cb, cb_cost = walker.current, cur_cost
         t_start, t_improved, since = time.perf_counter(), time.perf_counter(), 0
         it = acc = 0
@@ -213,16 +262,24 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
             if share is None:
                 now = time.perf_counter()
                 if now >= chain_deadline:
+                    on_budget = on_budget or now >= deadline
                     break
                 if it >= 50 and now - t_improved > 0.5 * (now - t_start):
                     break
             it += 1
-            op = movable[rng.randrange(len(movable))]
+            members = groups[rng.randrange(len(groups))] if groups and \
+                rng.random() < group_moves else None
+            op = members[0] if members else movable[rng.randrange(len(movable))]
             cfgs = table[op]
             old = walker.current[op]
             j = rng.randrange(len(cfgs) - 1) if old in cfgs else rng.randrange(len(cfgs))
             cfg = cfgs[j] if old not in cfgs or cfgs.index(old) > j else cfgs[j + 1]
-            new_cost = walker.move(op, cfg)
+            if members:  # a whole layer at once (its ops share parameters)
+                before = walker.current
+                new_cost = walker.goto(Strategy({**before, **dict.fromkeys(members, cfg)},
+                                                graph.name, machine.name))
+            else:
+                new_cost = walker.move(op, cfg)
             u = rng.random()
             if new_cost <= cur_cost or (math.isfinite(new_cost) and
                                          u < math.exp(beta * (cur_cost - new_cost))):
@@ -232,6 +289,8 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
                     cb, cb_cost, since = walker.current, new_cost, 0
                     t_improved = time.perf_counter()
                     continue
+            elif members:
+                walker.goto(before)
             else:
                 walker.move(op, old)
             since += 1
@@ -249,10 +308,16 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
             progress(total_it, iterations, best_cost)
     moves = 0
     n_neigh = sum(len(c) - 1 for c in table.values())
-    if n_neigh <= polish_limit and math.isfinite(best_cost):
-        dl = None if iterations is not None else max(deadline, time.perf_counter() + 1.0)
-        best, best_cost, moves = polish(walker, best, best_cost, table, deadline=dl)
+    timed = iterations is None
+    if n_neigh <= polish_limit and math.isfinite(best_cost) and not (
+            timed and time.perf_counter() >= deadline):
+        best, best_cost, moves = polish(walker, best, best_cost, table,
+                                        deadline=deadline if timed else None)
+    if timed and time.perf_counter() >= deadline:
+        on_budget = True
+    res = sim.result() if walker.current is not None and walker.current == best else None
     return MCMCResult(strategy=Strategy(dict(best), graph.name, machine.name), cost_s=best_cost,
                       initial_costs=init_costs, chains=chains, iterations=total_it,
                       accepted=total_acc, polish_moves=moves,
-                      search_time_s=time.perf_counter() - t0)
+                      search_time_s=time.perf_counter() - t0, stopped_on_budget=on_budget,
+                      result=res)

@@ -23,7 +23,8 @@ layer together when it can.
    D``. When a device is above the bound, first make *balance moves*: the
    op on it with the best gain (possibly negative) moves to the least loaded
    device that can take it. Stop when no move helps (or after ``max_passes``
-   passes over the ops).
+   passes over the ops, or at ``deadline``, a ``time.perf_counter()``
+   value: ``PartitionResult.stopped_on_budget``).
 
 The result (degrees all 1, one device per op) is simulated by the full
 simulator like every other method.
@@ -49,10 +50,12 @@ class PartitionResult:
     loads_s: list
     moves: int
     search_time_s: float
+    stopped_on_budget: bool = False
 
 
 def partition(graph, machine, eps: float = 0.1, init: str = "block", seed: int = 0,
-              cost_model=None, max_passes: int | None = None) -> PartitionResult:
+              cost_model=None, max_passes: int | None = None,
+              deadline: float | None = None) -> PartitionResult:
     """Place every op whole on one device (see the module docstring)."""
     t0 = time.perf_counter()
     D = machine.num_devices
@@ -104,7 +107,11 @@ def partition(graph, machine, eps: float = 0.1, init: str = "block", seed: int =
         return e - i_
 
     moves = 0
+    on_budget = False
     for _ in range(max_passes if max_passes is not None else 4 * n + 10):
+        if deadline is not None and time.perf_counter() >= deadline:
+            on_budget = True
+            break
         moved = False
         # balance moves: empty over-full devices first
         for a in range(D):
@@ -147,7 +154,7 @@ def partition(graph, machine, eps: float = 0.1, init: str = "block", seed: int =
     cut = sum(c for v in range(n) for u, c in adj[v].items() if u > v and dev[u] != dev[v])
     strategy = Strategy({op.name: ParallelConfig.single(len(op.output_shape), dev[op.index])
                          for op in ops}, graph.name, machine.name)
-    return PartitionResult(strategy, cut, load, moves, time.perf_counter() - t0)
+    return PartitionResult(strategy, cut, load, moves, time.perf_counter() - t0, on_budget)
 
 
 def _vol(shape) -> int:
