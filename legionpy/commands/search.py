@@ -14,6 +14,7 @@ is written to ``--out`` (default ``MODEL-SPEC.json``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..cli import command
@@ -81,7 +82,7 @@ def _search(args) -> dict:
             bar.close()
     best = rep.best_strategy
     spec = args.machine.replace("/", "_").replace(":", "-")
-    out = args.out or f"{args.model}-{spec}.json"
+    out = args.out or f"{os.path.splitext(args.model)[0]}-{spec}.json"
     best.save(out)
     files = {"strategy": out}
     if args.png:

@@ -22,12 +22,10 @@ def _configure(p) -> None:
 
 @command("train", "train a small zoo model on synthetic data and report samples/s and loss")
 def _train(args) -> dict:
-    from ..errors import ModelError
-    from ..models import MODELS
+    from ..models import check_model
     from ..models.training import start_runtime, train_from_args
 
-    if args.model not in MODELS:
-        raise ModelError(f"unknown model {args.model!r}; the zoo has {sorted(MODELS)}")
+    check_model(args.model)
     start_runtime(args.devices)
     r = train_from_args(args.model, args)
     losses = r["losses"]
