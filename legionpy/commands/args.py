@@ -141,10 +141,11 @@ def out_file(text: str) -> str:
 
 
 def cost_spec(text: str) -> str:
-    """``analytic``, ``measured`` or an existing profile JSON."""
-    if text in ("analytic", "measured"):
+    """``analytic``, ``measured``, ``contended`` or an existing profile JSON."""
+    if text in ("analytic", "measured", "contended"):
         return text
     if not os.path.exists(text):
-        raise _Bad(f"{text!r} is not 'analytic', 'measured' or an existing profile JSON "
+        raise _Bad(f"{text!r} is not 'analytic', 'measured', 'contended' or an existing "
+                   "profile JSON "
                    "(write one with `legionpy profile MODEL --out FILE`)")
     return in_file(text)

@@ -51,7 +51,7 @@ def check_cost_model(cost: str, machine) -> None:
     each kind the machine model has: a GPU model needs CuPy and a GPU here."""
     from ..errors import MachineError
 
-    if cost != "measured" or not any(d.kind == "gpu" for d in machine.devices):
+    if cost not in ("measured", "contended") or not any(d.kind == "gpu" for d in machine.devices):
         return
     try:
         import cupy
@@ -76,9 +76,12 @@ def _configure(p) -> None:
                    help="write the iteration task graph the simulator scheduled (JSON)")
     p.add_argument("--png", type=out_file, metavar="FILE",
                    help="draw the strategy (one row per op)")
-    p.add_argument("--cost", type=cost_spec, default="analytic", metavar="analytic|measured|FILE",
+    p.add_argument("--cost", type=cost_spec, default=None,
+                   metavar="analytic|measured|contended|FILE",
                    help="cost model: analytic roofline (default), measured (real kernels on "
-                        "this machine, cached), or a profile JSON from `legionpy profile`")
+                        "this machine, cached), contended (measured with every device busy; "
+                        "the default with --compare, as `legionpy train` predicts), or a "
+                        "profile JSON from `legionpy profile`")
     p.add_argument("--compare", action="store_true",
                    help="also run the strategy for real here (--machine local) and report "
                         "simulated vs measured iteration time and per-device busy time")
@@ -103,7 +106,8 @@ def _simulate(args) -> dict:
     strategy = Strategy.resolve(args.strategy, graph, machine)
     from ..optimizer.costmodel import cost_model_from_spec
 
-    sim = Simulator(graph, machine, cost_model_from_spec(args.cost))
+    args.cost = args.cost or "analytic"
+    sim = Simulator(graph, machine, cost_model_from_spec(args.cost, len(machine.devices)))
     result = sim.run(strategy)
     out = result.to_dict()
     out.update({"model": args.model, "machine": machine.name, "strategy": str(args.strategy),
@@ -129,7 +133,7 @@ def _simulate(args) -> dict:
 def _compare(args) -> dict:
     """``simulate --compare``: simulate, run for real, compare (see module doc)."""
     from ..errors import MachineError, ModelError
-    from ..measure.fidelity import compare
+    from ..measure.fidelity import LOCAL_COST, compare
     from ..models import check_model
     from ..models.training import parse_sizes, start_runtime
 
@@ -146,7 +150,8 @@ def _compare(args) -> dict:
     sizes = parse_sizes(args.size)
     if args.batch_size:
         sizes["batch_size"] = args.batch_size
-    r = compare(args.model, args.strategy, scale=args.scale, sizes=sizes, cost=args.cost,
+    r = compare(args.model, args.strategy, scale=args.scale, sizes=sizes,
+                cost=args.cost or LOCAL_COST,
                 steps=args.steps, warmup=args.warmup, overhead=not args.no_overhead)
     out = r.to_dict()
     sim = out.pop("simulation")

@@ -4,8 +4,11 @@ generated data under a strategy and report throughput and loss.
     legionpy train rnnlm --steps 50 --strategy data --json
 
 ``--json`` prints one object with ``samples_per_s``, ``first_loss``,
-``final_loss``, ``steps``, ``strategy`` (and the rest of
-:func:`legionpy.models.training.train`'s result).
+``final_loss``, ``steps``, ``strategy``, the local machine model's
+prediction per step (``simulated_iteration_s``, the one ``simulate
+--compare`` makes) next to ``measured_iteration_s`` and their
+``prediction_error`` (and the rest of :func:`legionpy.models.training.train`'s
+result).
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ def _train(args) -> dict:
 
     check_model(args.model)
     start_runtime(args.devices)
-    r = train_from_args(args.model, args)
+    from ..measure import train_prediction
+
+    r = train_from_args(args.model, args, predict=train_prediction)
     losses = r["losses"]
     every = max(1, len(losses) // 10)
     shown = ", ".join(f"{i}:{losses[i]:.3f}" for i in range(0, len(losses), every))
@@ -35,8 +40,11 @@ def _train(args) -> dict:
             f"{r['devices']} device(s), strategy {r['strategy']}: {r['steps']} steps\n"
             f"  loss {r['first_loss']:.4f} -> {r['final_loss']:.4f}   "
             f"{r['samples_per_s']:.1f} samples/s\n  loss by step: {shown}\n"
-            f"  simulated iteration: {r['simulated_iteration_s'] * 1e3:.2f} ms under this "
-            f"strategy, {r['simulated_data_parallel_s'] * 1e3:.2f} ms under data parallelism")
+            f"  per step: predicted {r['simulated_iteration_s'] * 1e3:.2f} ms, measured "
+            f"{r['measured_iteration_s'] * 1e3:.2f} ms (error "
+            f"{r['prediction_error'] * 100:.0f}%); data parallelism predicted "
+            f"{r['simulated_data_parallel_s'] * 1e3:.2f} ms\n"
+            f"  (prediction: the local machine model, as `legionpy simulate --compare`)")
     return {"text": text, **r}
 
 

@@ -8,7 +8,14 @@ model. It trains :mod:`legionpy.nn` models, so it sits above ``nn`` and
 from __future__ import annotations
 
 from .calibration import calibrate_layer_overhead, calibrated_overhead, runtime_overhead
-from .fidelity import FidelityResult, compare, measure_runtime
+from .fidelity import (
+    LOCAL_COST,
+    FidelityResult,
+    compare,
+    measure_runtime,
+    predict,
+    train_prediction,
+)
 
-__all__ = ["FidelityResult", "compare", "measure_runtime", "calibrate_layer_overhead",
-           "calibrated_overhead", "runtime_overhead"]
+__all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "train_prediction",
+           "LOCAL_COST", "calibrate_layer_overhead", "calibrated_overhead", "runtime_overhead"]

@@ -41,7 +41,13 @@ from ..optimizer.fidelity import (
 )
 from ..optimizer.machine import Machine
 
-__all__ = ["FidelityResult", "compare", "measure_runtime"]
+__all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "train_prediction",
+           "LOCAL_COST"]
+
+#: the cost model of the local machine model's predictions (``simulate
+#: --compare``, ``legionpy train``, the benches): tile kernels timed on this
+#: machine with the other devices busy, as they run inside a training step
+LOCAL_COST = "contended"
 
 def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, warmup: int = 2,
                     seed: int = 0) -> dict[str, Any]:
@@ -161,8 +167,46 @@ def _strategy_label(spec: Any) -> str:
     return "given"
 
 
+def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_COST,
+            overhead: bool | RuntimeOverhead = True) -> dict[str, Any]:
+    """The local machine model's prediction of one training iteration of
+    ``graph`` under ``strategy`` (a Strategy): the simulator with ``cost``
+    and this machine's cached :class:`RuntimeOverhead` (``overhead=True``),
+    none (``False``) or given figures. The one prediction ``simulate
+    --compare``, ``legionpy train`` and the benches print. Returns
+    :func:`~legionpy.optimizer.fidelity.simulate_strategy`'s dict (rank 0's
+    on every rank; collective under MPI)."""
+    from .calibration import runtime_overhead  # calibration trains through measure_runtime
+
+    machine = machine or Machine.local()
+    if overhead is True:
+        ovh: RuntimeOverhead | None = runtime_overhead(machine)
+    elif overhead is False or overhead is None:
+        ovh = None
+    else:
+        ovh = overhead
+    return _bcast(simulate_strategy(graph, machine, strategy, cost, ovh))
+
+
+def train_prediction(model: Any, measured_s: float) -> dict[str, float]:
+    """What ``legionpy train`` prints next to its measurement: :func:`predict`
+    for the compiled ``model``'s strategy and for data parallelism on this
+    job's devices (``simulated_iteration_s``, ``simulated_data_parallel_s``),
+    ``measured_iteration_s`` and the ``prediction_error``. Collective under MPI."""
+    from ..optimizer import Strategy
+
+    machine = Machine.local()
+    mine = predict(model.graph, model.strategy, machine)["iteration_time_s"]
+    data = Strategy.data_parallel(model.graph, machine)
+    dp = mine if data == model.strategy else predict(model.graph, data,
+                                                     machine)["iteration_time_s"]
+    return {"simulated_iteration_s": mine, "simulated_data_parallel_s": dp,
+            "measured_iteration_s": measured_s,
+            "prediction_error": relative_error(mine, measured_s)}
+
+
 def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
-            sizes: dict | None = None, cost: Any = "measured", steps: int = 5, warmup: int = 2,
+            sizes: dict | None = None, cost: Any = LOCAL_COST, steps: int = 5, warmup: int = 2,
             overhead: bool | RuntimeOverhead = True, seed: int = 0,
             machine: Any = None) -> FidelityResult:
     """Simulate ``model`` under ``strategy`` on the local machine, run it for
@@ -171,9 +215,10 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
     ``model``: a zoo name (built with ``scale`` and ``sizes``) or an
     uncompiled ``nn.Model``; ``strategy``: ``"data" | "model" | "owt" |
     "expert" | "search"``, a JSON path or a Strategy; ``cost``: a CostModel
-    or ``"measured" | "analytic" | FILE``; ``overhead``: True to add the
-    measured :class:`RuntimeOverhead` of this machine (cached), False for
-    the plain simulator, or given figures. Uses the current runtime (start
+    or ``"contended" | "measured" | "analytic" | FILE`` (default
+    :data:`LOCAL_COST`); ``overhead``: True to add the measured
+    :class:`RuntimeOverhead` of this machine (cached), False for the plain
+    simulator, or given figures. Uses the current runtime (start
     it first, e.g. ``lp.init(cpus=2)``); collective under MPI, every rank
     returns rank 0's simulation and the job's measurement."""
 
@@ -182,16 +227,7 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
         else model
     machine = machine or Machine.local()
     strat = resolve_strategy(strategy, m.graph, machine)
-    from .calibration import runtime_overhead  # calibration trains through measure_runtime
-
-    if overhead is True:
-        ovh: RuntimeOverhead | None = runtime_overhead(machine)
-    elif overhead is False or overhead is None:
-        ovh = None
-    else:
-        ovh = overhead
-    sim = simulate_strategy(m.graph, machine, strat, cost, ovh)
-    sim = _bcast(sim)
+    sim = predict(m.graph, strat, machine, cost, overhead)
     real = measure_runtime(m, strat, machine, steps=steps, warmup=warmup, seed=seed)
     t_sim, t_real = sim["iteration_time_s"], real["measured_time_s"]
     return FidelityResult(

@@ -9,7 +9,8 @@ returns a plain dict (what ``--json`` prints):
 
 ``{"model", "strategy", "steps", "batch_size", "devices", "ranks",
 "parameters", "first_loss", "final_loss", "losses", "samples_per_s",
-"seconds"}``; ``samples_per_s`` counts the steps after the first (which
+"seconds", "measured_iteration_s"}``; ``samples_per_s`` and
+``measured_iteration_s`` (seconds per step) count the steps after the first (which
 pays for first-touch allocation), or all of them when there is one step.
 
 Every MPI rank runs the same calls (control replication) and gets the same
@@ -57,9 +58,13 @@ def is_root() -> bool:
 
 def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | None = None,
           scale: str = "small", text: bool = False, seed: int = 0, optimizer: Any = None,
-          log: Callable[[int, float], None] | None = None, **sizes: Any) -> dict[str, Any]:
+          log: Callable[[int, float], None] | None = None,
+          predict: Callable[[Any, float], dict] | None = None, **sizes: Any) -> dict[str, Any]:
     """Train zoo model ``name`` for ``steps`` steps; see the module docstring.
-    ``log(step, loss)`` is called after every step (on every rank)."""
+    ``log(step, loss)`` is called after every step (on every rank).
+    ``predict(model, measured seconds per step) -> dict``: merged into the
+    result (``legionpy train`` passes :func:`legionpy.measure.train_prediction`,
+    the local machine model's prediction next to the measurement)."""
     from .. import data as D
     from .. import runtime as lr
     from . import build
@@ -88,25 +93,13 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     end = time.perf_counter()
     timed, span = (steps - 1, end - t1) if steps > 1 else (steps, end - t0)
     rt = lr.get_runtime()
-    sim = _simulated(model, len(rt.devices))
+    sim = predict(model, span / max(timed, 1)) if predict is not None else {}
     return {**sim, "model": name, "strategy": strategy if isinstance(strategy, str) else "given",
             "steps": steps, "batch_size": b, "devices": len(rt.devices),
             "ranks": 1 + max(d.rank for d in rt.devices), "parameters": model.num_parameters(),
             "first_loss": losses[0], "final_loss": losses[-1], "losses": losses,
-            "samples_per_s": timed * b / max(span, 1e-9), "seconds": end - t0}
-
-
-def _simulated(model: Any, devices: int) -> dict[str, float]:
-    """The simulator's prediction (analytic costs, this machine's devices) for
-    the strategy that ran and for data parallelism, so a user sees what the
-    search expected next to what was measured."""
-    from ..optimizer import Machine, Simulator, Strategy
-
-    machine = Machine.local(devices)
-    sim = Simulator(model.graph, machine)
-    return {"simulated_iteration_s": sim.simulate(model.strategy),
-            "simulated_data_parallel_s": sim.simulate(
-                Strategy.data_parallel(model.graph, machine))}
+            "samples_per_s": timed * b / max(span, 1e-9), "seconds": end - t0,
+            "measured_iteration_s": span / max(timed, 1)}
 
 
 def add_train_arguments(p: Any, steps: int = 30) -> None:
@@ -158,12 +151,12 @@ def parse_sizes(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def train_from_args(name: str, args: Any, log: Callable[[int, float], None] | None = None
-                    ) -> dict[str, Any]:
+def train_from_args(name: str, args: Any, log: Callable[[int, float], None] | None = None,
+                    predict: Callable[[Any, float], dict] | None = None) -> dict[str, Any]:
     """:func:`train` with :func:`add_train_arguments`' values."""
     from ..nn import Adam
 
     opt = Adam(lr=args.lr) if args.lr else None
     return train(name, strategy=args.strategy, steps=args.steps, batch_size=args.batch_size,
                  scale=args.scale, text=args.text, seed=args.seed, optimizer=opt, log=log,
-                 **parse_sizes(args.size))
+                 predict=predict, **parse_sizes(args.size))

@@ -70,18 +70,25 @@ def _read_table(path: str) -> dict[str, list[float]]:
     return table
 
 
-def cost_model_from_spec(spec: str | None) -> CostModel:
+def cost_model_from_spec(spec: str | None, concurrency: int | None = None) -> CostModel:
     """``"analytic"`` (or None) -> AnalyticCostModel; ``"measured"`` ->
-    :meth:`MeasuredCostModel.local` (real kernels, disk cache); a path ->
-    :meth:`TableCostModel.from_json`."""
+    :meth:`MeasuredCostModel.local` (real kernels, disk cache);
+    ``"contended"`` -> the same timed while ``concurrency - 1`` other devices
+    run (:class:`~legionpy.optimizer.calibration.ContendedCostModel`; default:
+    this process's cores); a path -> :meth:`TableCostModel.from_json`."""
     if spec in (None, "analytic"):
         return AnalyticCostModel()
     if spec == "measured":
         return MeasuredCostModel.local()
+    if spec == "contended":
+        from .calibration import ContendedCostModel, local_cores
+
+        return ContendedCostModel.local(concurrency or local_cores())
     if os.path.exists(spec):
         return TableCostModel.from_json(spec)
-    raise StrategyError(f"unknown cost model {spec!r}: use 'analytic', 'measured' or the path "
-                        "of a profile JSON written by `legionpy profile --out FILE`")
+    raise StrategyError(f"unknown cost model {spec!r}: use 'analytic', 'measured', "
+                        "'contended' or the path of a profile JSON written by "
+                        "`legionpy profile --out FILE`")
 
 
 def cost_key(op, out: Rect, device_kind: str) -> str:

@@ -32,13 +32,13 @@ local      the CPU devices of this process: one direct directed link per
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import json
 import os
 import re
 import time
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -80,8 +80,12 @@ class LinkSpec:
 class Machine:
     """Devices, switches and directed links. See the module docstring."""
 
-    def __init__(self, devices, links, switches=(), name: str = "machine") -> None:
+    def __init__(self, devices, links, switches=(), name: str = "machine",
+                 calibration: str = "") -> None:
         self.name = name
+        #: for a measured machine (:meth:`local`): the identity of the cached
+        #: calibration records its figures come from ("" for a described one)
+        self.calibration = calibration
         self.devices: list[DeviceSpec] = list(devices)
         self.switches: list[str] = list(switches)
         self.links: list[LinkSpec] = list(links)
@@ -217,8 +221,25 @@ class Machine:
 
     # -- JSON ---------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {"name": self.name, "devices": [asdict(d) for d in self.devices],
-                "switches": list(self.switches), "links": [asdict(ln) for ln in self.links]}
+        d = {"name": self.name, "devices": [asdict(d) for d in self.devices],
+             "switches": list(self.switches), "links": [asdict(ln) for ln in self.links]}
+        if self.calibration:
+            d["calibration"] = self.calibration
+        return d
+
+    def cache_key(self) -> dict:
+        """What identifies this machine model in on-disk caches (the search's
+        strategies): every figure of a described machine (a preset, a JSON
+        file); for a measured one (:meth:`local`) its topology and the
+        identity of the calibration records its figures come from -- never the
+        measured figures themselves, so a cache entry keeps hitting for as
+        long as the calibration it was made with is the one in use."""
+        if not self.calibration:
+            return self.to_dict()
+        return {"name": self.name, "calibration": self.calibration,
+                "devices": [(d.name, d.kind, d.node) for d in self.devices],
+                "switches": list(self.switches),
+                "links": [(ln.src, ln.dst) for ln in self.links]}
 
     @classmethod
     def from_dict(cls, d: dict) -> Machine:
@@ -243,7 +264,8 @@ class Machine:
                 links.append(LinkSpec(**x))
             except TypeError as e:
                 raise MachineError(f"links[{i}]: {e}") from None
-        return cls(devs, links, d.get("switches", ()), d.get("name", "machine"))
+        return cls(devs, links, d.get("switches", ()), d.get("name", "machine"),
+                   d.get("calibration", ""))
 
     def save(self, path: str) -> None:
         from .strategy import atomic_write_json
@@ -290,7 +312,7 @@ class Machine:
         return cls.preset(name, nodes=int(n) if n else 1, gpus_per_node=int(g) if g else None)
 
     @classmethod
-    def local(cls, n_cpu_devices: int | None = None) -> Machine:
+    def local(cls, n_cpu_devices: int | None = None, refresh: bool = False) -> Machine:
         """The real devices of this process or MPI job.
 
         With ``n_cpu_devices`` (simulation and tests): that many CPU devices of
@@ -302,26 +324,36 @@ class Machine:
         process, MPI ping-pong between ranks of a host and between hosts),
         cached per job. Under MPI this is collective: call it on every rank.
         Device ``i`` of the machine is runtime device ``i``, and each link is
-        the runtime's link worker for that ordered pair."""
-        flops = _calibrate_cpu()[1]
+        the runtime's link worker for that ordered pair.
+
+        The CPU figures (:func:`cpu_figures`: medians of repeated runs) and
+        the link figures are measured once per machine and cached on disk,
+        so identical runs build the identical model; :meth:`cache_key` names
+        those records, not their figures. ``refresh``: measure again."""
         if n_cpu_devices is not None:
             n = int(n_cpu_devices)
             if n < 1:
                 raise MachineError(f"n_cpu_devices must be >= 1, got {n_cpu_devices}")
-            bw = _calibrate_cpu()[0]
+            cpu = cpu_figures(refresh)
+            flops, bw = cpu["flops"], cpu["bandwidth"]
             devs = [DeviceSpec(i, f"cpu{i}", "cpu", 0, flops, bw, _host_memory(), float("inf"))
                     for i in range(n)]
             link = {(a, b): (bw, 2e-6) for a in range(n) for b in range(n) if a != b}
-            return cls(devs, _pair_links(devs, link), (), f"local:{n}")
+            return cls(devs, _pair_links(devs, link), (), f"local:{n}",
+                       _calibration_id(cpu))
 
         from ..runtime import get_runtime
         from ..runtime.calibrate import describe_job
         from ..runtime.mpi import cluster, launched_under_mpi
 
         runtime_devices = get_runtime().devices
-        job = describe_job()
-        if launched_under_mpi():  # every rank must build the same machine
-            flops = cluster().coll.bcast(flops, root=0)
+        job = describe_job(refresh)
+        if launched_under_mpi():  # rank 0 measures (or reads): every rank builds its machine
+            coll = cluster().coll
+            cpu = coll.bcast(cpu_figures(refresh) if coll.Get_rank() == 0 else None, root=0)
+        else:
+            cpu = cpu_figures(refresh)
+        flops = cpu["flops"]
         figures = job["links"]
         hosts = job["hosts"]
         node_of_host = {h: i for i, h in enumerate(sorted(set(hosts)))}
@@ -350,7 +382,17 @@ class Machine:
                 link[a.id, b.id] = (f["bandwidth"], f["latency"])
         ranks = job["ranks"]
         name = f"local:{len(devs)}" if ranks == 1 else f"local:{ranks}r{len(devs)}"
-        return cls(devs, _pair_links(devs, link), (), name)
+        return cls(devs, _pair_links(devs, link), (), name, _calibration_id(cpu, job))
+
+
+def _calibration_id(cpu: dict, job: dict | None = None) -> str:
+    """The identity of the calibration records a local machine is built from:
+    their keys and measurement stamps (a new measurement is a new identity),
+    not their figures."""
+    parts = [f"cpu-{cpu['key']}@{cpu.get('measured_at', 0):.6f}"]
+    if job is not None:
+        parts.append(f"job-{job.get('key', '')}@{job.get('measured_s', 0)!r}")
+    return "/".join(parts)
 
 
 #: nominal FP32 peak for a GPU the calibration did not time (used only for
@@ -371,24 +413,89 @@ def _pair_links(devs: list[DeviceSpec], figures: dict) -> list[LinkSpec]:
     return links
 
 
-@lru_cache(maxsize=1)
-def _calibrate_cpu() -> tuple[float, float]:
-    """(memcpy bytes/s, matmul FLOP/s) of this CPU from a ~20 ms measurement."""
+_CPU_FORMAT = 2  # bump when the method changes: older records are measured again
+_cpu_memo: dict[str, dict] = {}
+
+
+def _cpu_identity() -> dict:
+    """What the CPU figures depend on, never what they measured: host, CPU
+    model, cores this process may use, numpy and its BLAS (the measurement
+    runs with one BLAS thread, as each device worker does)."""
+    import platform
+    import socket
+
+    model = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f
+                          if ln.startswith("model name")), model)
+    except OSError:
+        pass
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return {"host": socket.gethostname(), "machine": platform.machine(), "cpu": model,
+            "cores": cores, "numpy": np.__version__, "format": _CPU_FORMAT}
+
+
+def _measure_cpu(repeats: int = 31) -> dict:
+    """Median memcpy bytes/s (4 MiB) and float32 GEMM FLOP/s (256 x 256, one
+    BLAS thread) over ``repeats`` runs after a warm-up: ~50 ms. The median,
+    not the best, so one lucky or one preempted run does not move it."""
+    from threadpoolctl import threadpool_limits
+
     a = np.ones(4 * 2**20 // 8)
     b = np.empty_like(a)
-    best = np.inf
-    for _ in range(5):
-        t = time.perf_counter()
-        np.copyto(b, a)
-        best = min(best, time.perf_counter() - t)
-    bw = a.nbytes / max(best, 1e-9)
     m = np.ones((256, 256), np.float32)
-    tm = np.inf
-    for _ in range(3):
-        t = time.perf_counter()
-        m @ m
-        tm = min(tm, time.perf_counter() - t)
-    return float(bw), float(2 * 256**3 / max(tm, 1e-9))
+    copy_s, mm_s = [], []
+    with threadpool_limits(1):
+        for i in range(repeats + 3):
+            t0 = time.perf_counter()
+            np.copyto(b, a)
+            t1 = time.perf_counter()
+            m @ m
+            t2 = time.perf_counter()
+            if i >= 3:  # warm-up: page faults, BLAS initialisation
+                copy_s.append(t1 - t0)
+                mm_s.append(t2 - t1)
+    return {"bandwidth": float(a.nbytes / max(float(np.median(copy_s)), 1e-9)),
+            "flops": float(2 * 256**3 / max(float(np.median(mm_s)), 1e-9)),
+            "repeats": repeats, "measured_at": time.time()}
+
+
+def cpu_figures(refresh: bool = False) -> dict:
+    """This CPU's memcpy bandwidth (bytes/s) and GEMM FLOP/s per device, as
+    ``{"bandwidth", "flops", "key", "measured_at", ...}``: measured once
+    (:func:`_measure_cpu`, medians) and cached in memory and on disk under
+    ``$LEGIONPY_CACHE/cpu-KEY.json`` (default ``~/.cache/legionpy``), ``KEY``
+    a hash of :func:`_cpu_identity`, so identical runs on one machine build
+    the identical local machine model. ``refresh``: measure again."""
+    from ..atomic import atomic_write_json
+    from ..runtime.calibrate import cache_dir
+
+    ident = _cpu_identity()
+    key = hashlib.sha1(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    if not refresh and key in _cpu_memo:
+        return _cpu_memo[key]
+    path = cache_dir() / f"cpu-{key}.json"
+    found = None
+    if not refresh:
+        try:
+            found = json.loads(path.read_text())
+            if not (found.get("flops", 0) > 0 and found.get("bandwidth", 0) > 0):
+                found = None
+        except (OSError, ValueError, AttributeError):
+            found = None
+    if found is None:
+        found = {**_measure_cpu(), "key": key, "identity": ident}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(path, found)
+        except OSError:
+            pass  # a read-only cache: this process keeps its figures in memory
+    _cpu_memo[key] = found
+    return found
 
 
 def _host_memory() -> float:

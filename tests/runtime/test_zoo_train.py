@@ -120,6 +120,21 @@ def test_train_command_json(capsys):
     assert r["steps"] == 3 and r["strategy"] == "data" and r["samples_per_s"] > 0
     # data parallel ran, so the simulator's two predictions are the same strategy
     assert r["simulated_iteration_s"] == r["simulated_data_parallel_s"] > 0
+    # the prediction is the local machine model's, as simulate --compare makes it
+    from legionpy.measure import predict
+    from legionpy.optimizer import Machine, Strategy
+
+    lr.init(cpus=2)
+    try:
+        g = models.build("rnntc", scale="small").graph
+        m = Machine.local()
+        again = predict(g, Strategy.data_parallel(g, m), m)["iteration_time_s"]
+    finally:
+        lr.shutdown()
+    assert again == r["simulated_iteration_s"]
+    assert r["measured_iteration_s"] > 0
+    assert r["prediction_error"] == pytest.approx(
+        abs(again - r["measured_iteration_s"]) / r["measured_iteration_s"])
 
 
 @pytest.mark.parametrize("example", ["lenet", "nmt"])

@@ -52,3 +52,52 @@ def test_partitioner_whole_ops_balanced():
         assert r.strategy[op.name] == ParallelConfig.single(len(op.output_shape),
                                                             r.strategy[op.name].devices[0])
     r.strategy.validate(g, m)
+
+
+def test_search_cache_hits_on_the_local_machine(tmp_path, monkeypatch):
+    """Machine.local() holds still: a second, fresh process (in-memory
+    calibration dropped) builds the same model and hits the first one's
+    cached strategy, even when a re-measurement would give other figures."""
+    import itertools
+
+    from legionpy.optimizer import machine as machine_mod
+
+    monkeypatch.setenv("LEGIONPY_CACHE", str(tmp_path / "cache"))
+    noise = itertools.count(1)
+
+    def noisy(repeats: int = 31) -> dict:  # every measurement differs, as on a busy host
+        k = next(noise)
+        return {"bandwidth": 1e9 * k, "flops": 1e10 * k, "repeats": repeats,
+                "measured_at": float(k)}
+
+    monkeypatch.setattr(machine_mod, "_measure_cpu", noisy)
+    monkeypatch.setattr(machine_mod, "_cpu_memo", {})
+    g = models.lenet(batch_size=16).graph
+    first = Machine.local(2)
+    a = search_for_model(g, first, seed=0, iterations=8, cache_dir=str(tmp_path / "s"))
+    machine_mod._cpu_memo.clear()  # a new process: only the disk cache remains
+    second = Machine.local(2)
+    assert second.to_dict() == first.to_dict()
+    assert second.cache_key() == first.cache_key()
+    b = search_for_model(g, second, seed=0, iterations=8, cache_dir=str(tmp_path / "s"))
+    assert a == b
+    assert len(list((tmp_path / "s").glob("strategy-*.json"))) == 1  # the cache hit
+    assert next(noise) == 2  # measured once
+    # a re-measurement is a new calibration: a new key, so stale strategies miss
+    third = Machine.local(2, refresh=True)
+    assert third.cache_key() != first.cache_key()
+    assert third.devices[0].flops != first.devices[0].flops
+
+
+def test_local_machine_figures_are_cached_on_disk(tmp_path, monkeypatch):
+    from legionpy.optimizer import machine as machine_mod
+
+    monkeypatch.setenv("LEGIONPY_CACHE", str(tmp_path))
+    monkeypatch.setattr(machine_mod, "_cpu_memo", {})
+    m = Machine.local(2)
+    files = list(tmp_path.glob("cpu-*.json"))
+    assert len(files) == 1
+    rec = json.loads(files[0].read_text())
+    assert rec["flops"] == m.devices[0].flops and rec["bandwidth"] == m.links[0].bandwidth
+    assert rec["repeats"] >= 5  # a median of repeats, not one run
+    assert Machine.parse("p100:1x2").cache_key() == Machine.parse("p100:1x2").to_dict()

@@ -267,7 +267,7 @@ def graph_hash(graph, machine, **settings) -> str:
             sorted((k, repr(v)) for k, v in op.attrs.items()),
             [(r.op.name, r.view) for r in op.inputs],
             sorted((k, p.name, p.shape) for k, p in op.params.items())] for op in graph.ops]
-    blob = json.dumps({"graph": ops, "batch": graph.batch_size, "machine": machine.to_dict(),
+    blob = json.dumps({"graph": ops, "batch": graph.batch_size, "machine": machine.cache_key(),
                        "settings": settings, "v": 1}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
