@@ -28,7 +28,7 @@ from .args import machine_spec, out_file, positive_int, size_pair
 
 
 def _configure(p) -> None:
-    p.add_argument("model", help="a zoo model (see `legionpy models`)")
+    p.add_argument("model", help="a zoo model (see `legionpy models`) or a .onnx file")
     p.add_argument("--batch-size", type=positive_int, default=None)
     p.add_argument("--scale", choices=("small", "full"), default="small",
                    help="zoo sizes: small (default, seconds on a CPU) or the paper's")

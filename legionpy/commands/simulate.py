@@ -20,7 +20,7 @@ from .args import cost_spec, machine_spec, nonneg_int, out_file, positive_int, s
 
 def add_model_arguments(p) -> None:
     """Arguments shared by the commands that build a zoo model on a machine."""
-    p.add_argument("model", help="a zoo model (see `legionpy models`)")
+    p.add_argument("model", help="a zoo model (see `legionpy models`) or a .onnx file")
     p.add_argument("--machine", type=machine_spec, default="local",
                    help="SPEC: p100:NODESxGPUS, k80:NxG, dgx1, h100:NxG, local, or a JSON file")
     p.add_argument("--batch-size", type=positive_int, default=None, help="default: the paper's")
