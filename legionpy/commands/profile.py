@@ -28,7 +28,7 @@ from .args import machine_spec, out_file, positive_int, size_pair
 
 
 def _configure(p) -> None:
-    p.add_argument("model", help="a zoo model (see `legionpy models`)")
+    p.add_argument("model", help="a zoo model (see `legionpy models`) or a .onnx file")
     p.add_argument("--batch-size", type=positive_int, default=None)
     p.add_argument("--scale", choices=("small", "full"), default="small",
                    help="zoo sizes: small (default, seconds on a CPU) or the paper's")
@@ -47,12 +47,10 @@ def _configure(p) -> None:
 
 def build_graph(args):
     """The zoo graph of ``args.model`` with ``--scale``/``--size``/``--batch-size``."""
-    from ..errors import ModelError
-    from ..models import MODELS, graph
+    from ..models import check_model, graph
     from ..models.training import parse_sizes
 
-    if args.model not in MODELS:
-        raise ModelError(f"unknown model {args.model!r}; the zoo has {sorted(MODELS)}")
+    check_model(args.model)
     sizes = parse_sizes(args.size)
     if args.batch_size:
         sizes["batch_size"] = args.batch_size
@@ -84,8 +82,22 @@ def _profile(args) -> dict:
         names += [n for n in ("data", "model", "owt") if n not in names]
     strategies = [Strategy.resolve(n, g, machine) for n in names]
     cm = MeasuredCostModel.local(args.cache)
+    from ..progress import bar
+
     t0 = time.perf_counter()
-    table = profile_model(g, machine, strategies, cm)
+    pbar = bar(args.json, desc=f"profile {args.model}", unit="tile", leave=False)
+
+    def progress(i: int, n: int, op: str) -> None:
+        if pbar is not None:
+            pbar.total = n
+            pbar.set_postfix_str(op, refresh=False)
+            pbar.update(i - pbar.n)
+
+    try:
+        table = profile_model(g, machine, strategies, cm, progress=progress)
+    finally:
+        if pbar is not None:
+            pbar.close()
     took = time.perf_counter() - t0
     kinds = sorted({d.kind for d in machine.devices})
     out = {"model": args.model, "machine": machine.name, "device_kinds": kinds,

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import progress
 from ..errors import ModelError, StrategyError
 from ..optimizer import Graph, Machine, Strategy
 from .data import DataLoader, shard
@@ -36,7 +37,8 @@ __all__ = ["Model", "History", "LAYERS"]
 
 LAYERS = ("input", "conv2d", "pool2d", "dense", "flat", "reshape", "relu", "sigmoid", "tanh",
           "gelu", "batch_norm", "dropout", "concat", "add", "multiply", "softmax", "embedding",
-          "batch_matmul", "lstm", "attention")
+          "batch_matmul", "lstm", "attention", "layer_norm", "transpose", "slice", "scale",
+          "add_bias", "positional_encoding", "multihead_attention")
 _ids = itertools.count()
 
 
@@ -269,10 +271,10 @@ class Model:
             for e in range(epochs):
                 loader.epoch, loader.skip = self._epoch, self._batch
                 bar = None
-                if verbose and _show_progress():
-                    from tqdm.auto import tqdm
-                    bar = tqdm(total=(len(loader) - self._batch) * self.batch_size,
-                               unit="sample", desc=f"epoch {e + 1}/{epochs}", leave=True)
+                if verbose:
+                    bar = progress.bar(total=(len(loader) - self._batch) * self.batch_size,
+                                       unit="sample", desc=f"epoch {e + 1}/{epochs}",
+                                       leave=True)
                 sums, seen, t0 = self._fit_epoch(ex, loader, bar, hist, on_step, stop,
                                                  checkpoint, checkpoint_every)
                 means = self._means(sums, seen, t0)
@@ -397,12 +399,13 @@ class Model:
         ex = self._exec("parameters()")
         return {n: r.read("w") for n, r in ex.pregions.items()}
 
-    def _buffers(self) -> dict[str, np.ndarray]:
-        out = {}
-        for pl in self._ex.plans:
-            for k, v in pl.buffers.items():
-                out[f"{pl.op.name}.{k}"] = v.copy()
-        return out
+    def buffers(self) -> dict[str, np.ndarray]:
+        """``{"op.running_mean": array, "op.running_var": array}`` of every
+        batch norm: the running statistics ``predict``/``evaluate`` use,
+        updated by every ``fit`` step with the layer's momentum."""
+        ex = self._exec("buffers()")
+        ex.fold_running_stats()
+        return {f"{op}.{k}": v.copy() for op, b in ex.buffers.items() for k, v in b.items()}
 
     def save(self, path: str | os.PathLike) -> None:
         """Write a checkpoint to ``path`` (.npz) atomically: parameters,
@@ -421,13 +424,6 @@ class Model:
         from . import checkpoint
 
         checkpoint.load(self, path)
-
-
-def _show_progress() -> bool:
-    """Progress bars only for a person: stderr is a terminal."""
-    import sys
-
-    return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
 def _delegate(name: str):
