@@ -780,6 +780,10 @@ class Runtime:
 
             close_all()  # CUDA IPC handles this process opened
         self.sched.executor.close()
+        if self.repl is not None:
+            for req in self.repl.persistent:
+                req.Free()
+            self.repl.persistent.clear()
         if self.executor == "threads":
             limit_blas(None)
 

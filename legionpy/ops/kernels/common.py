@@ -26,7 +26,6 @@ import numpy as np
 __all__ = [
     "array_module",
     "like",
-    "to_numpy",
     "Padding2d",
     "normalize_padding",
     "pair",
@@ -66,11 +65,6 @@ def like(a: Any, ref: Any) -> Any:
     """
     xp = array_module(ref)
     return np.asarray(a) if xp is np else xp.asarray(a)
-
-
-def to_numpy(a: Any) -> np.ndarray:
-    """``a`` on the host (a copy off a GPU; numpy arrays as they are)."""
-    return a if isinstance(a, (np.ndarray, np.generic)) else a.get()
 
 
 def pair(value: int | Sequence[int], what: str) -> tuple[int, int]:
