@@ -42,11 +42,12 @@ def _train(args) -> dict:
             f"{r['devices']} device(s), strategy {r['strategy']}: {r['steps']} steps\n"
             f"  loss {r['first_loss']:.4f} -> {r['final_loss']:.4f}   "
             f"{r['samples_per_s']:.1f} samples/s\n  loss by step: {shown}\n"
-            f"  per step: predicted {r['simulated_iteration_s'] * 1e3:.2f} ms, measured "
-            f"{r['measured_iteration_s'] * 1e3:.2f} ms (error "
-            f"{r['prediction_error'] * 100:.0f}%); data parallelism predicted "
-            f"{r['simulated_data_parallel_s'] * 1e3:.2f} ms\n"
-            f"  (prediction: the local machine model, as `legionpy simulate --compare`)")
+            f"  per step: measured {r['measured_iteration_s'] * 1e3:.2f} ms; predicted "
+            f"{r['loaded_iteration_s'] * 1e3:.2f} ms (error {r['prediction_error'] * 100:.0f}%)"
+            f" with other programs using {r['background_cores'] or 0:.1f} of this machine's "
+            f"cores, {r['simulated_iteration_s'] * 1e3:.2f} ms on it alone; data parallelism "
+            f"{r['simulated_data_parallel_s'] * 1e3:.2f} ms alone\n"
+            f"  (predictions: the local machine model, as `legionpy simulate --compare`)")
     return {"text": text, **r}
 
 

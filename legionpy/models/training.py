@@ -9,9 +9,12 @@ returns a plain dict (what ``--json`` prints):
 
 ``{"model", "strategy", "steps", "batch_size", "devices", "ranks",
 "parameters", "first_loss", "final_loss", "losses", "samples_per_s",
-"seconds", "measured_iteration_s"}``; ``samples_per_s`` and
-``measured_iteration_s`` (seconds per step) count the steps after the first (which
-pays for first-touch allocation), or all of them when there is one step.
+"seconds", "measured_iteration_s", "background_cores"}``;
+``samples_per_s`` and ``measured_iteration_s`` (seconds per step) count the
+steps after the first (which pays for first-touch allocation), or all of them
+when there is one step;
+``background_cores``: the cores other programs kept busy meanwhile
+(:func:`legionpy.optimizer.calibration.background_cores`).
 
 Every MPI rank runs the same calls (control replication) and gets the same
 losses; :func:`is_root` tells which rank should print.
@@ -59,14 +62,16 @@ def is_root() -> bool:
 def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | None = None,
           scale: str = "small", text: bool = False, seed: int = 0, optimizer: Any = None,
           log: Callable[[int, float], None] | None = None,
-          predict: Callable[[Any, float], dict] | None = None, **sizes: Any) -> dict[str, Any]:
+          predict: Callable[..., dict] | None = None, **sizes: Any) -> dict[str, Any]:
     """Train zoo model ``name`` for ``steps`` steps; see the module docstring.
     ``log(step, loss)`` is called after every step (on every rank).
-    ``predict(model, measured seconds per step) -> dict``: merged into the
+    ``predict(model, measured seconds per step, background cores) -> dict``:
+    merged into the
     result (``legionpy train`` passes :func:`legionpy.measure.train_prediction`,
     the local machine model's prediction next to the measurement)."""
     from .. import data as D
     from .. import runtime as lr
+    from ..optimizer.calibration import background_cores, cpu_clock
     from . import build
 
     model = build(name, batch_size=batch_size, scale=scale, seed=seed, **sizes)
@@ -86,20 +91,22 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     t0 = time.perf_counter()
     model.fit([x[:b] for x in xs], y[:b], epochs=1, verbose=0, shuffle=False, on_step=on_step)
     t1 = time.perf_counter()
+    c1 = cpu_clock()
     if steps > 1:
         model.fit([x[b:] for x in xs], y[b:], epochs=1, verbose=0, shuffle=False,
                   on_step=on_step)
     lr.fence()
     end = time.perf_counter()
+    bg = background_cores(c1, cpu_clock())
     timed, span = (steps - 1, end - t1) if steps > 1 else (steps, end - t0)
     rt = lr.get_runtime()
-    sim = predict(model, span / max(timed, 1)) if predict is not None else {}
+    sim = predict(model, span / max(timed, 1), bg) if predict is not None else {}
     return {**sim, "model": name, "strategy": strategy if isinstance(strategy, str) else "given",
             "steps": steps, "batch_size": b, "devices": len(rt.devices),
             "ranks": 1 + max(d.rank for d in rt.devices), "parameters": model.num_parameters(),
             "first_loss": losses[0], "final_loss": losses[-1], "losses": losses,
             "samples_per_s": timed * b / max(span, 1e-9), "seconds": end - t0,
-            "measured_iteration_s": span / max(timed, 1)}
+            "measured_iteration_s": span / max(timed, 1), "background_cores": bg}
 
 
 def add_train_arguments(p: Any, steps: int = 30) -> None:
@@ -152,7 +159,7 @@ def parse_sizes(pairs: list[str]) -> dict[str, Any]:
 
 
 def train_from_args(name: str, args: Any, log: Callable[[int, float], None] | None = None,
-                    predict: Callable[[Any, float], dict] | None = None) -> dict[str, Any]:
+                    predict: Callable[..., dict] | None = None) -> dict[str, Any]:
     """:func:`train` with :func:`add_train_arguments`' values."""
     from ..nn import Adam
 

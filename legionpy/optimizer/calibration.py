@@ -29,11 +29,13 @@ from __future__ import annotations
 import os
 import statistics
 import threading
+import time
 from typing import Any
 
 import numpy as np
 
-__all__ = ["task_counts", "nnls", "measure_kernel_concurrency", "local_cores",
+__all__ = ["task_counts", "nnls", "measure_kernel_concurrency", "local_cores", "cpu_clock",
+           "background_cores",
            "ContendedCostModel", "time_contended"]
 
 
@@ -43,6 +45,37 @@ def local_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+def cpu_clock() -> tuple[float, float, float] | None:
+    """``(wall s, CPU-seconds the whole machine has been busy, CPU-seconds of
+    this process)`` now, from ``/proc/stat`` (busy = all but idle and iowait,
+    steal included) and :func:`os.times`; None where ``/proc/stat`` is missing."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    t = os.times()
+    return time.perf_counter(), (sum(v) - v[3] - v[4]) / tick, t.user + t.system
+
+
+def background_cores(start: tuple | None, end: tuple | None) -> float | None:
+    """Cores other programs kept busy between two :func:`cpu_clock` readings:
+    the machine's busy CPU-seconds less this job's (every rank's, summed under
+    MPI: collective, ranks assumed on one host), over the wall seconds. None
+    when either reading is missing."""
+    from ..runtime.mpi import cluster, launched_under_mpi
+
+    ok = start is not None and end is not None
+    own = end[2] - start[2] if ok else 0.0
+    if launched_under_mpi():
+        parts = cluster().coll.allgather((ok, own))
+        ok, own = all(p[0] for p in parts), sum(p[1] for p in parts)
+    if not ok or end[0] <= start[0]:
+        return None
+    return max(0.0, ((end[1] - start[1]) - own) / (end[0] - start[0]))
 
 
 def task_counts(taskgraph: dict, graph: Any, update_fields: int = 2) -> dict[str, int]:
