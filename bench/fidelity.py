@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         from legionpy.optimizer.costmodel import default_cache_path
 
         stale = os.path.join(os.path.dirname(default_cache_path()),
-                             f"costs-contended-{len(machine.devices)}.json")
+                             f"costs-contended-cpu-{len(machine.devices)}.json")
         if os.path.exists(stale):
             os.remove(stale)  # re-profile the kernels under contention too
     overhead = False if args.no_overhead else runtime_overhead(

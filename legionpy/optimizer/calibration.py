@@ -182,8 +182,12 @@ class ContendedCostModel:
     """Factory of a :class:`~legionpy.optimizer.costmodel.MeasuredCostModel`
     whose tile kernels are timed while ``concurrency - 1`` other threads run
     the same kernel (the other devices of this host busy, as in a training
-    step), with the runtime's BLAS limit in force; cached apart from the
-    isolated profile in ``$LEGIONPY_CACHE/costs-contended-K.json``."""
+    step), with one BLAS thread each, as the runtime's workers run them.
+    Timed in the thread's CPU seconds (:func:`time_contended`), so a profile
+    taken while other programs load the machine is the profile of a quiet one
+    (their share of the cores is modelled apart,
+    :meth:`~legionpy.optimizer.fidelity.RuntimeOverhead.under_load`); cached
+    apart from the isolated profile in ``$LEGIONPY_CACHE/costs-contended-cpu-K.json``."""
 
     @staticmethod
     def local(concurrency: int, cache_path: str | None = None) -> Any:
@@ -191,7 +195,7 @@ class ContendedCostModel:
         from .profile import tile_runner
 
         path = cache_path or os.path.join(os.path.dirname(default_cache_path()),
-                                          f"costs-contended-{concurrency}.json")
+                                          f"costs-contended-cpu-{concurrency}.json")
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
         class _Contended(MeasuredCostModel):
@@ -204,22 +208,33 @@ class ContendedCostModel:
 
 
 def time_contended(fn: Any, concurrency: int, warmup: int = 2, repeats: int = 5) -> float:
-    """Median seconds of ``fn()`` (after ``warmup`` runs) while
-    ``concurrency - 1`` helper threads call ``fn`` in a loop."""
+    """Median CPU seconds of the calling thread running ``fn()`` (after
+    ``warmup`` runs, one BLAS thread) while ``concurrency - 1`` helper threads
+    call ``fn`` in a loop: what the kernel costs when the other devices share
+    the memory system, without the time spent waiting for a core or for the
+    interpreter lock (the model's CPU and interpreter bounds count those)."""
+    from threadpoolctl import threadpool_limits
+
     stop = threading.Event()
 
     def helper() -> None:
         while not stop.is_set():
             fn()
 
-    from .costmodel import MeasuredCostModel
-
     helpers = [threading.Thread(target=helper, daemon=True) for _ in range(concurrency - 1)]
-    for h in helpers:
-        h.start()
-    try:
-        return MeasuredCostModel.time_callable(fn, warmup, repeats)
-    finally:
-        stop.set()
+    with threadpool_limits(1):
         for h in helpers:
-            h.join()
+            h.start()
+        try:
+            for _ in range(warmup):
+                fn()
+            ts = []
+            for _ in range(repeats):
+                t = time.thread_time()
+                fn()
+                ts.append(time.thread_time() - t)
+            return float(statistics.median(ts))
+        finally:
+            stop.set()
+            for h in helpers:
+                h.join()
