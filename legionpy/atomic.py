@@ -1,7 +1,9 @@
 """Atomic file writes: checkpoints, strategies, traces and caches are written
 to a temporary file in the same folder, flushed to disk, then renamed over
 the target, so a crash mid-write leaves the previous file intact (DESIGN.md
-invariant 6) and a concurrent reader never sees half a file.
+invariant 6) and a concurrent reader never sees half a file. The file gets
+the mode ``open()`` would give it (0666 less the umask; an existing file
+keeps its mode), not the temporary file's 0600.
 
 >>> import os, tempfile
 >>> p = os.path.join(tempfile.mkdtemp(), "s.json")
@@ -30,6 +32,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO], None], *,
     suffix = os.path.splitext(path)[1]
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=suffix)
     try:
+        os.chmod(tmp, _mode(path))
         with os.fdopen(fd, "wb" if binary else "w") as f:
             write(f)
             f.flush()
@@ -39,6 +42,29 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO], None], *,
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    """This process's umask (read without changing it where Linux allows)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore
+    os.umask(mask)
+    return mask
+
+
+def _mode(path: str) -> int:
+    """The mode the file gets: an existing file's, else 0666 less the umask
+    (0644 typically), as ``open(path, "w")`` would give it."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any, **dump_options: Any) -> None:

@@ -127,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     where = f"legionpy {args.command}"
     try:
         result = fn(args)
-    except KeyboardInterrupt:
-        _report(where, "interrupted (Ctrl-C)", None)
+    except KeyboardInterrupt as exc:  # legionpy.errors.Interrupted says what was saved
+        _report(where, f"interrupted (Ctrl-C){': ' + str(exc) if str(exc) else ''}", None)
         return INTERRUPTED
     except LegionpyError as exc:
         _report(where, f"error: {exc}", exc)
@@ -158,4 +158,8 @@ def _report(where: str, message: str, exc: BaseException | None) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # ``python -m legionpy.cli``: the subcommands register with legionpy.cli,
+    # not with this __main__ copy of it
+    from legionpy.cli import main as _main
+
+    sys.exit(_main())

@@ -22,6 +22,8 @@ __all__ = [
     "GraphError",
     "ModelError",
     "RankMismatchError",
+    "CheckpointError",
+    "Interrupted",
 ]
 
 
@@ -85,3 +87,15 @@ class ModelError(LegionpyError, ValueError):
 
 class RankMismatchError(LegionpyError, RuntimeError):
     """MPI ranks ran different programs (their launch sequences differ)."""
+
+
+class CheckpointError(ModelError):
+    """A checkpoint that cannot be read (missing, truncated, not legionpy's)
+    or that belongs to another model; the message names the file."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped ``fit`` or a search at a clean point (a step
+    boundary); the message says where and what was saved. A
+    ``KeyboardInterrupt``, so ``except KeyboardInterrupt`` catches it; the
+    ``legionpy`` command exits with status 130."""

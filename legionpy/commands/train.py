@@ -8,7 +8,13 @@ generated data under a strategy and report throughput and loss.
 prediction per step (``simulated_iteration_s``, the one ``simulate
 --compare`` makes) next to ``measured_iteration_s`` and their
 ``prediction_error`` (and the rest of :func:`legionpy.models.training.train`'s
-result).
+result). Under ``mpirun`` rank 0 prints the one report.
+
+``--checkpoint FILE [--checkpoint-every N]`` resumes from FILE when it
+exists (the same command continues the run exactly where it stopped) and
+saves to it every N steps, at the end and on Ctrl-C. Ctrl-C stops after the
+step in flight (on every rank), saves the checkpoint when one was asked
+for and exits with status 130.
 """
 
 from __future__ import annotations
@@ -31,24 +37,36 @@ def _train(args) -> dict:
 
     if args.model not in MODELS:
         raise ModelError(f"unknown model {args.model!r}; the zoo has {sorted(MODELS)}")
-    start_runtime(args.devices)
+    rt = start_runtime(args.devices)
     from ..measure import train_prediction
 
-    r = train_from_args(args.model, args, predict=train_prediction)
+    r = train_from_args(args.model, args, predict=train_prediction, progress=not args.json)
     losses = r["losses"]
+    start = r["resumed_from_step"]
     every = max(1, len(losses) // 10)
-    shown = ", ".join(f"{i}:{losses[i]:.3f}" for i in range(0, len(losses), every))
-    text = (f"{r['model']} ({r['parameters']:,} parameters, batch {r['batch_size']}) on "
-            f"{r['devices']} device(s), strategy {r['strategy']}: {r['steps']} steps\n"
-            f"  loss {r['first_loss']:.4f} -> {r['final_loss']:.4f}   "
-            f"{r['samples_per_s']:.1f} samples/s\n  loss by step: {shown}\n"
-            f"  per step: measured {r['measured_iteration_s'] * 1e3:.2f} ms; predicted "
-            f"{r['loaded_iteration_s'] * 1e3:.2f} ms (error {r['prediction_error'] * 100:.0f}%)"
-            f" with other programs using {r['background_cores'] or 0:.1f} of this machine's "
-            f"cores, {r['simulated_iteration_s'] * 1e3:.2f} ms on it alone; data parallelism "
-            f"{r['simulated_data_parallel_s'] * 1e3:.2f} ms alone\n"
-            f"  (predictions: the local machine model, as `legionpy simulate --compare`)")
-    return {"text": text, **r}
+    shown = ", ".join(f"{start + i}:{losses[i]:.3f}" for i in range(0, len(losses), every))
+    head = (f"{r['model']} ({r['parameters']:,} parameters, batch {r['batch_size']}) on "
+            f"{r['devices']} device(s), strategy {r['strategy']}: {r['steps']} steps")
+    if start:
+        head += f", resumed at step {start} from {r['checkpoint']}"
+    if not losses:
+        text = head + f"\n  nothing to do: the checkpoint is already at step {start}"
+    else:
+        text = (f"{head}\n  loss {r['first_loss']:.4f} -> {r['final_loss']:.4f}   "
+                f"{r['samples_per_s']:.1f} samples/s\n  loss by step: {shown}\n"
+                f"  per step: measured {r['measured_iteration_s'] * 1e3:.2f} ms; predicted "
+                f"{r['loaded_iteration_s'] * 1e3:.2f} ms (error "
+                f"{r['prediction_error'] * 100:.0f}%) with other programs using "
+                f"{r['background_cores'] or 0:.1f} of this machine's cores, "
+                f"{r['simulated_iteration_s'] * 1e3:.2f} ms on it alone; data parallelism "
+                f"{r['simulated_data_parallel_s'] * 1e3:.2f} ms alone\n"
+                f"  (predictions: the local machine model, as `legionpy simulate --compare`)")
+    if r["checkpoint"]:
+        text += f"\n  checkpoint: {r['checkpoint']} (run the same command again to continue)"
+    out = {"text": text, **r}
+    if rt.rank != 0:  # under mpirun: one report, from rank 0
+        out["quiet"] = True
+    return out
 
 
 _train.configure = _configure

@@ -62,13 +62,24 @@ def is_root() -> bool:
 def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | None = None,
           scale: str = "small", text: bool = False, seed: int = 0, optimizer: Any = None,
           log: Callable[[int, float], None] | None = None,
-          predict: Callable[..., dict] | None = None, **sizes: Any) -> dict[str, Any]:
+          predict: Callable[..., dict] | None = None, checkpoint: str | None = None,
+          checkpoint_every: int | None = None, progress: bool = False,
+          **sizes: Any) -> dict[str, Any]:
     """Train zoo model ``name`` for ``steps`` steps; see the module docstring.
     ``log(step, loss)`` is called after every step (on every rank).
     ``predict(model, measured seconds per step, background cores) -> dict``:
     merged into the
     result (``legionpy train`` passes :func:`legionpy.measure.train_prediction`,
-    the local machine model's prediction next to the measurement)."""
+    the local machine model's prediction next to the measurement).
+
+    ``checkpoint``: resume from this file when it exists (the run continues
+    at the saved step, exactly; pass the same arguments as the first run)
+    and save to it every ``checkpoint_every`` steps, at the end and on
+    Ctrl-C (which raises :class:`~legionpy.errors.Interrupted` after the
+    step in flight). ``progress``: a tqdm bar on rank 0 (when stderr is a
+    terminal)."""
+    import os
+
     from .. import data as D
     from .. import runtime as lr
     from ..optimizer.calibration import background_cores, cpu_clock
@@ -79,32 +90,47 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     xs, y = D.for_model(model, steps * b, seed=seed, text=text)
     model.compile(optimizer=optimizer or default_optimizer(name),
                   loss="sparse_categorical_crossentropy", strategy=strategy)
+    if checkpoint is not None and os.path.exists(checkpoint):
+        model.load(checkpoint)
+    start = model.step
     losses: list[float] = []
 
     def on_step(step: int, logs: dict) -> None:
         losses.append(float(logs.get("loss", 0.0)))
         if log is not None:
-            log(len(losses) - 1, losses[-1])
+            log(start + len(losses) - 1, losses[-1])
 
+    ck = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every}
+    verbose = int(progress and lr.get_runtime().rank == 0)
     # The first step alone (it pays for first-touch allocation), then the
     # rest in one fit call so each step's launch overlaps the previous one.
-    t0 = time.perf_counter()
-    model.fit([x[:b] for x in xs], y[:b], epochs=1, verbose=0, shuffle=False, on_step=on_step)
-    t1 = time.perf_counter()
-    c1 = cpu_clock()
-    if steps > 1:
-        model.fit([x[b:] for x in xs], y[b:], epochs=1, verbose=0, shuffle=False,
-                  on_step=on_step)
+    from ..interrupt import deferred_interrupt
+
+    with deferred_interrupt("train"):  # Ctrl-C between the fits stops the next one
+        t0 = time.perf_counter()
+        if start == 0:
+            model.fit([x[:b] for x in xs], y[:b], epochs=1, verbose=0, shuffle=False,
+                      on_step=on_step, **ck)
+        t1 = time.perf_counter()
+        c1 = cpu_clock()
+        done = max(start, 1)
+        if steps > done:
+            model._batch = 0  # the batches left are sliced here: x[done * b:]
+            model.fit([x[done * b:] for x in xs], y[done * b:], epochs=1, verbose=verbose,
+                      shuffle=False, on_step=on_step, **ck)
     lr.fence()
     end = time.perf_counter()
     bg = background_cores(c1, cpu_clock())
-    timed, span = (steps - 1, end - t1) if steps > 1 else (steps, end - t0)
+    ran = len(losses)
+    timed, span = (ran - 1, end - t1) if start == 0 and ran > 1 else (ran, end - t0)
     rt = lr.get_runtime()
     sim = predict(model, span / max(timed, 1), bg) if predict is not None else {}
     return {**sim, "model": name, "strategy": strategy if isinstance(strategy, str) else "given",
             "steps": steps, "batch_size": b, "devices": len(rt.devices),
             "ranks": 1 + max(d.rank for d in rt.devices), "parameters": model.num_parameters(),
-            "first_loss": losses[0], "final_loss": losses[-1], "losses": losses,
+            "resumed_from_step": start, "checkpoint": checkpoint,
+            "first_loss": losses[0] if losses else None,
+            "final_loss": losses[-1] if losses else None, "losses": losses,
             "samples_per_s": timed * b / max(span, 1e-9), "seconds": end - t0,
             "measured_iteration_s": span / max(timed, 1), "background_cores": bg}
 
@@ -159,11 +185,14 @@ def parse_sizes(pairs: list[str]) -> dict[str, Any]:
 
 
 def train_from_args(name: str, args: Any, log: Callable[[int, float], None] | None = None,
-                    predict: Callable[..., dict] | None = None) -> dict[str, Any]:
+                    predict: Callable[..., dict] | None = None,
+                    progress: bool = False) -> dict[str, Any]:
     """:func:`train` with :func:`add_train_arguments`' values."""
     from ..nn import Adam
 
     opt = Adam(lr=args.lr) if args.lr else None
     return train(name, strategy=args.strategy, steps=args.steps, batch_size=args.batch_size,
                  scale=args.scale, text=args.text, seed=args.seed, optimizer=opt, log=log,
-                 predict=predict, **parse_sizes(args.size))
+                 checkpoint=getattr(args, "checkpoint", None),
+                 checkpoint_every=getattr(args, "checkpoint_every", None),
+                 predict=predict, progress=progress, **parse_sizes(args.size))

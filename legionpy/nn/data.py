@@ -36,6 +36,7 @@ class DataLoader:
         self.n = len(xs[0])
         self.batch_size, self.shuffle, self.seed, self.pad = batch_size, shuffle, seed, pad
         self.epoch = 0
+        self.skip = 0  # batches of the next epoch to skip (resuming mid-epoch)
 
     def __len__(self) -> int:
         b = self.batch_size
@@ -48,7 +49,8 @@ class DataLoader:
             np.random.default_rng([self.seed, self.epoch]).shuffle(order)
         self.epoch += 1
         b = self.batch_size
-        for s in range(len(self)):
+        first, self.skip = self.skip, 0
+        for s in range(first, len(self)):
             idx = order[s * b:(s + 1) * b]
             real = len(idx)
             if real < b:

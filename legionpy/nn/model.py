@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from ..atomic import atomic_write
 from ..errors import ModelError, StrategyError
 from ..optimizer import Graph, Machine, Strategy
 from .data import DataLoader, shard
@@ -60,10 +59,23 @@ class Model:
         self.strategy = None
         self._ex: Executor | None = None
         self._step = 0
+        self._epoch = 0  # completed epochs
+        self._batch = 0  # batches done in the epoch fit is in
 
     @property
     def batch_size(self) -> int:
         return self.graph.batch_size
+
+    @property
+    def step(self) -> int:
+        """Training steps run since compile (or as restored by :meth:`load`)."""
+        return self._step
+
+    @property
+    def epoch(self) -> int:
+        """Completed epochs since compile (or as restored by :meth:`load`); a
+        ``fit`` stopped mid-epoch finishes that epoch first when called again."""
+        return self._epoch
 
     def num_parameters(self) -> int:
         return self.graph.num_parameters()
@@ -95,7 +107,7 @@ class Model:
         self._ex = Executor(self.graph, self.strategy, self.optimizer, self.loss, self.metrics,
                             self.seed, self.id)
         self._nops = len(self.graph.ops)
-        self._step = 0
+        self._step = self._epoch = self._batch = 0
         return self
 
     def _consult(self, rt: Any, machine: Any, spec: Any) -> Any:
@@ -215,44 +227,82 @@ class Model:
 
     # -- training -------------------------------------------------------------------------
     def fit(self, x: Any, y: Any, epochs: int = 1, batch_size: int | None = None,
-            verbose: int = 1, shuffle: bool = True,
-            on_step: Any = None) -> History:
+            verbose: int = 1, shuffle: bool = True, on_step: Any = None,
+            checkpoint: str | os.PathLike | None = None,
+            checkpoint_every: int | None = None) -> History:
         """Train ``epochs`` passes over ``(x, y)`` in batches of the model's
-        batch size (the last partial batch is dropped). Shows a tqdm bar with
-        samples/s, loss and metrics when ``verbose``. Returns a History whose
-        ``step_loss`` lists every step's loss; ``on_step(step, logs)`` is
-        called as each step's results arrive (one step behind the launches)."""
+        batch size (the last partial batch is dropped); a model stopped or
+        restored mid-epoch finishes that epoch as the first of them. Shows a
+        tqdm bar with samples/s, loss and metrics when ``verbose`` and stderr
+        is a terminal. Returns a History whose ``step_loss`` lists every
+        step's loss; ``on_step(step, logs)`` is called as each step's results
+        arrive (one step behind the launches).
+
+        ``checkpoint``: a file :meth:`save` writes every ``checkpoint_every``
+        steps (if given), at the end and on Ctrl-C. Ctrl-C stops at the next
+        step boundary (on every MPI rank at the same step) and raises
+        :class:`~legionpy.errors.Interrupted`; ``load`` then ``fit`` continues
+        the run exactly."""
+        from ..errors import Interrupted
+        from ..interrupt import deferred_interrupt
+
         ex = self._exec("fit")
         self._check_batch(batch_size)
+        if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+            raise ModelError(f"fit: epochs must be an integer >= 1, got {epochs!r}")
+        if checkpoint_every is not None and (not isinstance(checkpoint_every, int)
+                                             or checkpoint_every < 1):
+            raise ModelError(f"fit: checkpoint_every must be an integer >= 1, got "
+                             f"{checkpoint_every!r}")
+        if checkpoint_every is not None and checkpoint is None:
+            raise ModelError("fit: checkpoint_every needs checkpoint=PATH")
         xs = self._inputs(x, "fit")
         y = self._targets(y, len(xs[0]), "fit")
         loader = DataLoader(xs, y, self.batch_size, shuffle, self.seed)
         if len(loader) == 0:
             raise ModelError(f"fit: {len(y)} samples make no batch of {self.batch_size}")
+        if self._batch >= len(loader):  # restored at the end of an epoch of other data
+            self._epoch, self._batch = self._epoch + 1, 0
         hist = History()
-        for epoch in range(epochs):
-            bar = None
-            if verbose:
-                from tqdm.auto import tqdm
-                bar = tqdm(total=len(loader) * self.batch_size, unit="sample",
-                           desc=f"epoch {epoch + 1}/{epochs}", leave=True)
-            sums, seen, t0 = self._fit_epoch(ex, loader, bar, hist, on_step)
-            means = self._means(sums, seen, t0)
-            for k, v in means.items():
-                hist.setdefault(k, []).append(v)
-            if bar is not None:
-                bar.set_postfix({k: v for k, v in means.items() if k != "samples_per_s"})
-                bar.close()
+        with deferred_interrupt("fit") as stop:
+            for e in range(epochs):
+                loader.epoch, loader.skip = self._epoch, self._batch
+                bar = None
+                if verbose and _show_progress():
+                    from tqdm.auto import tqdm
+                    bar = tqdm(total=(len(loader) - self._batch) * self.batch_size,
+                               unit="sample", desc=f"epoch {e + 1}/{epochs}", leave=True)
+                sums, seen, t0 = self._fit_epoch(ex, loader, bar, hist, on_step, stop,
+                                                 checkpoint, checkpoint_every)
+                means = self._means(sums, seen, t0)
+                for k, v in means.items():
+                    hist.setdefault(k, []).append(v)
+                if bar is not None:
+                    bar.set_postfix({k: v for k, v in means.items() if k != "samples_per_s"})
+                    bar.close()
+                if self._batch == len(loader):
+                    self._epoch, self._batch = self._epoch + 1, 0
+                if stop.stopped:
+                    break
+        if checkpoint is not None:
+            self.save(checkpoint)
+        if stop.stopped:
+            where = f"; saved {os.fspath(checkpoint)}" if checkpoint is not None else ""
+            raise Interrupted(f"fit stopped after step {self._step} (epoch {self._epoch}, "
+                              f"batch {self._batch}){where}")
         return hist
 
-    def _fit_epoch(self, ex: Any, loader: Any, bar: Any, hist: History,
-                   on_step: Any) -> tuple[dict[str, float], int, float]:
+    def _fit_epoch(self, ex: Any, loader: Any, bar: Any, hist: History, on_step: Any,
+                   stop: Any, checkpoint: Any, every: int | None
+                   ) -> tuple[dict[str, float], int, float]:
         """One pass over ``loader``: (summed results, steps, start time).
 
         Step i+1 is launched before step i's results are waited for, so the
         launching thread's analysis overlaps the devices' work (the runtime
         orders the steps by their region dependences). A mapper with an
-        ``after_step`` hook sees every step synchronously instead."""
+        ``after_step`` hook sees every step synchronously instead. Between
+        steps: a checkpoint every ``every`` steps, and a stop on Ctrl-C
+        (``stop.stopped`` is then set)."""
         sums: dict[str, float] = {}
         t0, seen = time.perf_counter(), 0
 
@@ -278,6 +328,7 @@ class Model:
         for xb, yb, _ in loader:
             fm = ex.train_step(self._shards(xb), yb, self._step)
             self._step += 1
+            self._batch += 1
             hook = getattr(ex.rt.mapper, "after_step", None)
             if pending is not None:
                 consume(pending)
@@ -287,6 +338,11 @@ class Model:
                 hook(self)  # may call set_strategy
             else:
                 pending = fm
+            if stop.agreed():
+                stop.stopped = True
+                break
+            if every is not None and self._step % every == 0:
+                self.save(checkpoint)
         if pending is not None:
             consume(pending)
         return sums, seen, t0
@@ -348,32 +404,29 @@ class Model:
         return out
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write parameters (and batch-norm running statistics) to ``path``
-        (.npz) atomically: a crash mid-save leaves the previous file intact."""
-        arrays = {**self.parameters(), **self._buffers()}
-        atomic_write(path, lambda f: np.savez(f, **arrays), binary=True)
+        """Write a checkpoint to ``path`` (.npz) atomically: parameters,
+        optimizer state, step, epoch and strategy, everything ``load`` then
+        ``fit`` needs to continue the run exactly (:mod:`legionpy.nn.checkpoint`).
+        A crash mid-save leaves the previous file intact."""
+        from . import checkpoint
+
+        checkpoint.save(self, path)
 
     def load(self, path: str | os.PathLike) -> None:
-        """Read parameters saved by :meth:`save` into the model's regions."""
-        ex = self._exec("load")
-        with np.load(os.fspath(path)) as z:
-            missing = [n for n in ex.pregions if n not in z]
-            if missing:
-                raise ModelError(f"checkpoint {os.fspath(path)!r} lacks parameters {missing}")
-            for n, r in ex.pregions.items():
-                if z[n].shape != r.shape:
-                    raise ModelError(f"checkpoint {os.fspath(path)!r}: parameter {n!r} has "
-                                     f"shape {z[n].shape}, the model's is {r.shape}")
-                r.write("w", z[n].astype(r.fields["w"]))
-            for pl in ex.plans:
-                for k in list(pl.buffers) or self._buffer_names(pl):
-                    key = f"{pl.op.name}.{k}"
-                    if key in z:
-                        pl.buffers[k] = z[key].copy()
+        """Restore a checkpoint written by :meth:`save` into this compiled
+        model (same layers); the next ``fit`` continues where the saved run
+        stopped. Raises :class:`~legionpy.errors.CheckpointError` naming the
+        file when it is missing, corrupt or another model's."""
+        from . import checkpoint
 
-    @staticmethod
-    def _buffer_names(pl: Any) -> tuple[str, ...]:
-        return ("running_mean", "running_var") if pl.op.kind == "batch_norm" else ()
+        checkpoint.load(self, path)
+
+
+def _show_progress() -> bool:
+    """Progress bars only for a person: stderr is a terminal."""
+    import sys
+
+    return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
 def _delegate(name: str):

@@ -27,3 +27,18 @@ def test_binary_write_and_options(tmp_path):
     assert (tmp_path / "a.bin").read_bytes() == b"\x00\x01"
     atomic_write_json(tmp_path / "b.json", {"k": (1, 2)}, indent=2)
     assert json.loads((tmp_path / "b.json").read_text()) == {"k": [1, 2]}
+
+
+def test_files_get_the_users_umask_and_keep_their_mode(tmp_path):
+    old = os.umask(0o022)
+    try:
+        atomic_write_json(tmp_path / "new.json", {})
+        assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o644
+        os.umask(0o077)
+        atomic_write_json(tmp_path / "private.json", {})
+        assert (tmp_path / "private.json").stat().st_mode & 0o777 == 0o600
+        os.chmod(tmp_path / "new.json", 0o640)
+        atomic_write_json(tmp_path / "new.json", {"v": 2})
+        assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o640
+    finally:
+        os.umask(old)

@@ -1,0 +1,51 @@
+"""Ctrl-C on the ``legionpy`` command (issue 15 item 2): a real SIGINT sent
+to a subprocess. ``train`` stops after the step in flight, saves its
+checkpoint, exits 130 without a traceback; the same command then continues
+the run with the uninterrupted run's losses, bit for bit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+ENV = {**os.environ, "LEGIONPY_CPUS": "2"}
+ENV.pop("LEGIONPY_DEBUG", None)
+
+
+def legionpy(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "legionpy.cli", *args], cwd=cwd, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_train_ctrl_c_saves_exits_130_and_resumes_exactly(tmp_path):
+    args = ["train", "lenet", "--steps", "40", "--json"]
+    full = json.loads(legionpy(*args, cwd=tmp_path).stdout)["losses"]
+
+    ck = tmp_path / "ck.npz"
+    proc = subprocess.Popen([sys.executable, "-m", "legionpy.cli", *args, "--checkpoint",
+                             str(ck), "--checkpoint-every", "1"], cwd=tmp_path, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    while not ck.exists() and proc.poll() is None and time.monotonic() - t0 < 120:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and out == ""
+    assert f"saved {ck}" in err and "legionpy train: interrupted (Ctrl-C)" in err
+
+    rest = json.loads(legionpy(*args, "--checkpoint", str(ck), cwd=tmp_path).stdout)
+    start = rest["resumed_from_step"]
+    assert 1 <= start < 40
+    assert rest["losses"] == full[start:]
+    assert oct(ck.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
