@@ -87,12 +87,17 @@ def param_tiles(name: str, uses: Any) -> list[WeightTile]:
         if not tiles:
             itemsize = np.dtype(op.params[pnames[0]].dtype).itemsize
             rotate = op.index + list(op.params).index(pnames[0])
+        red = getattr(cfg, "reduce", 1)
         for k, tile in enumerate(op.output_rect.split(cfg.degrees)):
-            dev = cfg.devices[k]
-            for pname in pnames:
-                users = tiles.setdefault(op.weight_rect(pname, tile), [])
-                if dev not in users:
-                    users.append(dev)
+            for r in range(red):  # points (k, r) of a reduction split
+                dev = cfg.devices[k * red + r]
+                for pname in pnames:
+                    wr = op.part_weight_rect(pname, tile, r, red)
+                    if wr.empty:
+                        continue
+                    users = tiles.setdefault(wr, [])
+                    if dev not in users:
+                        users.append(dev)
     items = list(tiles.items())
     merged = True
     while merged:  # overlapping tiles (a shared parameter under different configs)

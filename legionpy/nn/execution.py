@@ -125,18 +125,27 @@ class OpPlan:
     def __init__(self, ex: Executor, op: Any, cfg: Any) -> None:
         self.op, self.cfg = op, cfg
         check_tiling(op, cfg.degrees)
-        self.tiles = op.output_rect.split(cfg.degrees)
-        self.out = Partition.equal(ex.regions[op.name], cfg.degrees)
+        #: points (output tile, reduction slice r of ``red``); ``red > 1``: the
+        #: points of a tile write partial sums with Reduce("+") (ParallelConfig.reduce)
+        self.red = red = cfg.reduce
+        pts = cfg.points(op)
+        self.tiles, self.parts = [t for t, _ in pts], [r for _, r in pts]
+        if red == 1:
+            self.out = Partition.equal(ex.regions[op.name], cfg.degrees)
+        else:
+            self.out = Partition.by_rects(ex.regions[op.name],
+                                          {(m,): t for m, t in enumerate(self.tiles)})
         self.colors = self.out.colors
         self.index = {c: k for k, c in enumerate(self.colors)}
         self.ins = []
         for i, ref in enumerate(op.inputs):
-            rects = {c: ref.to_base(op.input_rect(i, t)) for c, t in zip(self.colors, self.tiles)}
+            rects = {c: ref.to_base(op.part_input_rect(i, t, r, red))
+                     for c, (t, r) in zip(self.colors, pts)}
             self.ins.append(Partition.by_rects(ex.regions[ref.op.name], rects))
         self.pnames = list(op.params)
         self.ws = [Partition.by_rects(ex.pregions[op.params[n].name],
-                                      {c: op.weight_rect(n, t)
-                                       for c, t in zip(self.colors, self.tiles)})
+                                      {c: op.part_weight_rect(n, t, r, red)
+                                       for c, (t, r) in zip(self.colors, pts)})
                    for n in self.pnames]
         self.need = [ref.op.has_backward for ref in op.inputs]
         self.views = [ref.view for ref in op.inputs]
@@ -146,10 +155,11 @@ class OpPlan:
         n = op.name
         self.f_opts = LaunchOptions(f"F({n})", "compute", (n, "F", ex.model_id))
         self.b_opts = LaunchOptions(f"B({n})", "compute", (n, "B", ex.model_id))
-        self.f_task = TaskFunction(self._forward, [WD("val")] + [R("val")] * len(op.inputs)
+        outw = WD("val") if red == 1 else Reduce("+", "val")
+        self.f_task = TaskFunction(self._forward, [outw] + [R("val")] * len(op.inputs)
                                    + [R("w")] * len(self.pnames), name=f"F({n})")
         if op.has_backward:
-            outp = R("val") if self.is_last else R("val", "grad")
+            outp = R("val") if self.is_last else R("val", "grad") if red == 1 else R("grad")
             inp = [R("val") + Reduce("+", "grad") if nd else R("val") for nd in self.need]
             wp = [R("w") + Reduce("+", "g")] * len(self.pnames)
             self.b_task = TaskFunction(self._backward, [outp] + inp + wp, name=f"B({n})")
@@ -165,7 +175,7 @@ class OpPlan:
         if fresh:
             self.cache[k] = {}
         return Tile(self.tiles[k], xs, ws, need_dx=self.need, cache=self.cache[k],
-                    buffers=self.buffers, **kw)
+                    buffers=self.buffers, part=(self.parts[k], self.red), **kw)
 
     def _forward(self, out: Any, *views: Any, step: int, training: bool,
                  data: dict | None = None) -> None:
@@ -177,7 +187,10 @@ class OpPlan:
             return
         t0 = time.perf_counter()
         t = self._tile(out, views, k, True, training=training, step=step)
-        out.val[...] = tile_forward(self.op, t)
+        if self.red == 1:
+            out.val[...] = tile_forward(self.op, t)
+        else:  # a partial sum into the zero-filled output
+            out.val[...] += tile_forward(self.op, t)
         _throttle(self.cfg.devices[k], t0)
 
     def _color(self, view: Any) -> tuple:
@@ -191,7 +204,7 @@ class OpPlan:
         t0 = time.perf_counter()
         op, nin = self.op, len(self.ins)
         t = self._tile(out, views, k, False, step=step)
-        y = out.val
+        y = out.val if self.red == 1 else None  # a reduce-split op never needs y
         result = None
         if self.is_last:
             ex = self.ex
@@ -315,6 +328,8 @@ class Executor:
         for pl in self.plans:
             if pl.op.kind != "input":
                 lr.fill(self.regions[pl.op.name], "grad", 0.0)
+            if pl.red > 1:  # partial sums accumulate from zero
+                lr.fill(self.regions[pl.op.name], "val", 0.0)
         self.forward(inputs, step, True)
         fm = None
         for pl in reversed(self.plans):

@@ -210,6 +210,23 @@ class Operator:
         """Rect of parameter ``pname`` read by the output tile ``out`` (whole by default)."""
         return self.params[pname].rect
 
+    # -- reduction-dim splits (issue 18; ParallelConfig.reduce) ----------------
+    def reduce_extent(self) -> int:
+        """Size of the op's reduction dim a config may split (``ParallelConfig.
+        reduce``: every point computes a partial output from one slice and
+        the output is their sum), or 0 when it has none (the default)."""
+        return 0
+
+    def part_input_rect(self, i: int, out: Rect, r: int = 0, n: int = 1) -> Rect:
+        """Rect of input ``i`` read by point ``(out, r)`` of a config with
+        ``reduce = n`` (``n == 1``: :meth:`input_rect`)."""
+        return self.input_rect(i, out)
+
+    def part_weight_rect(self, pname: str, out: Rect, r: int = 0, n: int = 1) -> Rect:
+        """Rect of parameter ``pname`` read by point ``(out, r)`` (``n == 1``:
+        :meth:`weight_rect`)."""
+        return self.weight_rect(pname, out)
+
     def flops(self, out: Rect) -> tuple[float, float]:
         """(forward, backward) floating-point operations of the tile ``out``."""
         v = float(out.volume)
@@ -256,6 +273,11 @@ class Operator:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, out={self.output_shape}, dims={self.dims})"
+
+
+def reduce_slice(n: int, r: int, parts: int) -> tuple[int, int]:
+    """``[lo, hi)`` of slice ``r`` of ``parts`` equal slices of an extent ``n``."""
+    return r * n // parts, (r + 1) * n // parts
 
 
 def replace_dim(rect: Rect, d: int, lo: int, hi: int) -> Rect:

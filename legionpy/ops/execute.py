@@ -71,6 +71,8 @@ class Tile:
     need_dx: Sequence[bool] | None = None
     cache: dict = field(default_factory=dict)
     buffers: dict = field(default_factory=dict)
+    #: (r, n): slice r of n of the op's reduction dim (ParallelConfig.reduce)
+    part: tuple = (0, 1)
 
     def need(self, i: int) -> bool:
         return True if self.need_dx is None else bool(self.need_dx[i])
@@ -195,20 +197,25 @@ class _Dense:
     @staticmethod
     def forward(op, t):
         x = t.xs[0]
-        z = K.dense_forward(x.reshape(-1, x.shape[-1]), t.ws["weight"], t.ws.get("bias"))
+        bias = t.ws.get("bias") if t.part[0] == 0 else None  # added by slice 0 only
+        z = K.dense_forward(x.reshape(-1, x.shape[-1]), t.ws["weight"], bias)
         return _act_fwd(op.attrs.get("activation"), z, t.cache).reshape(t.out.shape)
 
     @staticmethod
     def backward(op, t, y, dy):
         x = t.xs[0]
         n = x.shape[-1]
-        dz = _act_bwd(op.attrs.get("activation"), dy.reshape(-1, dy.shape[-1]),
-                      y.reshape(-1, y.shape[-1]), t.cache)
-        dx, dw, db = K.dense_backward(dz, x.reshape(-1, n), t.ws["weight"], "bias" in t.ws,
-                                      t.need(0))
+        act = op.attrs.get("activation")
+        dz = _act_bwd(act, dy.reshape(-1, dy.shape[-1]),
+                      None if act is None else y.reshape(-1, y.shape[-1]), t.cache)
+        first = t.part[0] == 0
+        dx, dw, db = K.dense_backward(dz, x.reshape(-1, n), t.ws["weight"],
+                                      "bias" in t.ws and first, t.need(0))
         dws = {"weight": dw}
         if db is not None:
             dws["bias"] = db
+        elif "bias" in t.ws:  # a later reduction slice: its bias rect is empty
+            dws["bias"] = t.ws["bias"] * 0
         return [None if dx is None else dx.reshape(x.shape)], dws
 
 

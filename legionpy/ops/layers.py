@@ -25,7 +25,7 @@ import math
 
 from ..errors import GraphError
 from ..geometry import Rect
-from .base import Operator, register, replace_dim, window
+from .base import Operator, reduce_slice, register, replace_dim, window
 
 __all__ = [
     "Input", "Conv2D", "Pool2D", "Dense", "Relu", "Sigmoid", "Tanh", "Gelu",
@@ -197,6 +197,25 @@ class Dense(Operator):
     def weight_rect(self, pname, out):
         r = self.params[pname].rect  # weight (in, units) or bias (units,): last dim
         return replace_dim(r, r.ndim - 1, out.lo[-1], out.hi[-1])
+
+    def reduce_extent(self):
+        """The input features (Megatron's row-parallel split), unless a fused
+        activation needs the whole sum first."""
+        return 0 if self.attrs.get("activation") else self.inputs[0].shape[-1]
+
+    def part_input_rect(self, i, out, r=0, n=1):
+        q = self.input_rect(i, out)
+        if n == 1:
+            return q
+        return replace_dim(q, q.ndim - 1, *reduce_slice(self.inputs[0].shape[-1], r, n))
+
+    def part_weight_rect(self, pname, out, r=0, n=1):
+        w = self.weight_rect(pname, out)
+        if n == 1:
+            return w
+        if pname == "bias":  # added once, by the first slice
+            return w if r == 0 else replace_dim(w, 0, w.lo[0], w.lo[0])
+        return replace_dim(w, 0, *reduce_slice(self.inputs[0].shape[-1], r, n))
 
     def flops(self, out):
         f = 2.0 * out.volume * self.inputs[0].shape[-1]

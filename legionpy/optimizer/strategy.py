@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from ..atomic import atomic_write_json as _atomic_write_json
 from ..errors import StrategyError
 
-__all__ = ["ParallelConfig", "Strategy", "atomic_write_json", "largest_divisor"]
+__all__ = ["ParallelConfig", "Strategy", "atomic_write_json", "largest_divisor",
+           "megatron_pairs"]
 
 
 def atomic_write_json(path: str, obj) -> None:
@@ -45,19 +46,32 @@ def largest_divisor(n: int, at_most: int) -> int:
 
 @dataclass(frozen=True)
 class ParallelConfig:
-    """Degrees per output dim and one device per tile (row-major tiles)."""
+    """Degrees per output dim and one device per tile (row-major tiles).
+
+    ``reduce`` (issue 18): the op's *reduction* dim (a dense layer's input
+    features; :meth:`Operator.reduce_extent`) is split ``reduce`` ways too:
+    every output tile ``k`` has ``reduce`` points ``(k, r)`` -- point ``m =
+    k * reduce + r`` on ``devices[m]`` -- each computing a partial result
+    from slice ``r`` of the reduction dim; the output tile is their sum, a
+    ``Reduce("+")`` (Megatron-LM's row-parallel layer)."""
 
     degrees: tuple[int, ...]
     devices: tuple[int, ...]
+    reduce: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "degrees", tuple(int(k) for k in self.degrees))
         object.__setattr__(self, "devices", tuple(int(k) for k in self.devices))
-        if any(k < 1 for k in self.degrees):
-            raise StrategyError(f"degrees {self.degrees} must all be >= 1")
-        if math.prod(self.degrees) != len(self.devices):
-            raise StrategyError(f"degrees {self.degrees} make {math.prod(self.degrees)} tiles "
-                                f"but {len(self.devices)} devices were given: {self.devices}")
+        object.__setattr__(self, "reduce", int(self.reduce))
+        if any(k < 1 for k in self.degrees) or self.reduce < 1:
+            raise StrategyError(f"degrees {self.degrees} and reduce {self.reduce} must all "
+                                "be >= 1")
+        n = math.prod(self.degrees) * self.reduce
+        if n != len(self.devices):
+            what = f"{n} tiles" if self.reduce == 1 else \
+                f"{n} points with reduce {self.reduce}"
+            raise StrategyError(f"degrees {self.degrees} make {what} but "
+                                f"{len(self.devices)} devices were given: {self.devices}")
 
     @property
     def num_tiles(self) -> int:
@@ -86,6 +100,14 @@ class ParallelConfig:
             if n % k:
                 raise StrategyError(f"op {op.name!r}: degree {k} does not divide dim {d} "
                                     f"of size {n} (output {shape})")
+        if self.reduce > 1:
+            ext = op.reduce_extent()
+            if not ext or ext % self.reduce:
+                raise StrategyError(
+                    f"op {op.name!r} ({op.kind}): reduce {self.reduce} " + (
+                        f"does not divide its reduction dim of size {ext}" if ext else
+                        "is not allowed: it has no reduction dim to split (dense layers "
+                        "without a fused activation have one)"))
         if machine is not None:
             for dev in self.devices:
                 if not 0 <= dev < machine.num_devices:
@@ -93,14 +115,23 @@ class ParallelConfig:
                                         f"{machine.name!r} (0..{machine.num_devices - 1})")
 
     def to_dict(self) -> dict:
-        return {"degrees": {str(d): k for d, k in enumerate(self.degrees)},
-                "devices": list(self.devices)}
+        d = {"degrees": {str(d): k for d, k in enumerate(self.degrees)},
+             "devices": list(self.devices)}
+        if self.reduce > 1:
+            d["reduce"] = self.reduce
+        return d
+
+    def points(self, op) -> list:
+        """``(output tile, r)`` of every point, in point order (``m = k *
+        reduce + r``)."""
+        return [(t, r) for t in op.output_rect.split(self.degrees) for r in range(self.reduce)]
 
     @classmethod
     def from_dict(cls, d: Mapping, ndim: int | None = None, name: str = "?") -> ParallelConfig:
         try:
             degs = {int(k): int(v) for k, v in d["degrees"].items()}
             devices = tuple(int(x) for x in d["devices"])
+            red = int(d.get("reduce", 1))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise StrategyError(f"op {name!r}: bad config {d!r} ({e}); expected "
                                 f'{{"degrees": {{dim: n}}, "devices": [ids]}}') from None
@@ -108,7 +139,7 @@ class ParallelConfig:
         if any(k >= n or k < 0 for k in degs):
             raise StrategyError(f"op {name!r}: degrees name dims {sorted(degs)} but the "
                                 f"output has {n} dims")
-        return cls(tuple(degs.get(i, 1) for i in range(n)), devices)
+        return cls(tuple(degs.get(i, 1) for i in range(n)), devices, red)
 
 
 class Strategy(Mapping[str, ParallelConfig]):
@@ -265,6 +296,43 @@ class Strategy(Mapping[str, ParallelConfig]):
             out[op.name] = _split_first(op, ("sample", "parameter"), devs)
         return cls(out, graph.name, machine.name)
 
+    @classmethod
+    def megatron(cls, graph, machine, num_devices: int | None = None) -> Strategy:
+        """Megatron-LM's tensor parallelism for MLP blocks (Shoeybi et al. 2019,
+        section 3): in every :func:`megatron_pairs` pair the first dense layer is
+        split by output columns over the devices and the second by rows -- a
+        reduction split (``ParallelConfig.reduce``) on the same devices, so row
+        slice ``r`` reads column tile ``r`` where it lives and the partial
+        outputs are summed (``Reduce("+")``); every other op is data parallel."""
+        n = num_devices or machine.num_devices
+        out = dict(cls.data_parallel(graph, machine, n))
+        for first, second in megatron_pairs(graph):
+            units = first.output_shape[-1]
+            k = largest_divisor(units, n)
+            if k < 2 or second.reduce_extent() % k:
+                continue
+            nd = len(first.output_shape)
+            out[first.name] = ParallelConfig.along(nd, nd - 1, k, range(k))
+            out[second.name] = ParallelConfig((1,) * len(second.output_shape), tuple(range(k)), k)
+        return cls(out, graph.name, machine.name)
+
+
+def megatron_pairs(graph) -> list[tuple]:
+    """``(first, second)`` dense pairs of Megatron-LM's MLP: ``second`` has no
+    fused activation (a reduction dim, :meth:`Operator.reduce_extent`) and
+    reads ``first``'s output, which nothing else reads."""
+    readers: dict[int, int] = {}
+    for op in graph.ops:
+        for r in op.inputs:
+            readers[r.op.index] = readers.get(r.op.index, 0) + 1
+    out = []
+    for op in graph.ops:
+        if op.kind == "dense" and op.reduce_extent() and op.inputs[0].view is None:
+            first = op.inputs[0].op
+            if first.kind == "dense" and readers.get(first.index) == 1:
+                out.append((first, op))
+    return out
+
 
 def _split_first(op, labels, devs) -> ParallelConfig:
     """Split the first dim whose label comes first in ``labels`` by the largest
@@ -279,4 +347,5 @@ def _split_first(op, labels, devs) -> ParallelConfig:
 
 
 #: strategy names a user can type -> Strategy constructor
-NAMED = {"data": "data_parallel", "model": "model_parallel", "owt": "owt", "expert": "expert"}
+NAMED = {"data": "data_parallel", "model": "model_parallel", "owt": "owt", "expert": "expert",
+         "megatron": "megatron"}

@@ -259,15 +259,22 @@ class TaskGraph:
                                     f"the limit of {MAXT}")
         return t
 
-    def need(self, o: int, i: int, degrees: tuple) -> list:
-        """Rect (producer coordinates) input ``i`` of op ``o`` needs per tile."""
-        key = (o, i, degrees)
+    def points(self, o: int, cfg) -> list:
+        """``(output tile, r)`` of every point of op ``o`` under ``cfg`` (point
+        ``m = k * cfg.reduce + r``; one point per tile without a reduce split)."""
+        t = self.tiles(o, cfg.degrees)
+        red = cfg.reduce
+        return [(x, 0) for x in t] if red == 1 else [(x, r) for x in t for r in range(red)]
+
+    def need(self, o: int, i: int, degrees: tuple, red: int = 1) -> list:
+        """Rect (producer coordinates) input ``i`` of op ``o`` needs per point."""
+        key = (o, i, degrees, red)
         r = self._pairs.get(key)
         if r is None:
             op = self.graph.ops[o]
             ref = op.inputs[i]
-            r = self._pairs[key] = [ref.to_base(op.input_rect(i, t))
-                                    for t in self.tiles(o, degrees)]
+            r = self._pairs[key] = [ref.to_base(op.part_input_rect(i, t, j, red))
+                                    for t in self.tiles(o, degrees) for j in range(red)]
         return r
 
     def _needs_of(self, prod, consumers):
@@ -277,7 +284,7 @@ class TaskGraph:
         ops = self.graph.ops
         for c, cc in consumers:
             ins = [i for i, r in enumerate(ops[c].inputs) if r.op is prod]
-            needs = [self.need(c, i, cc.degrees) for i in ins]
+            needs = [self.need(c, i, cc.degrees, cc.reduce) for i in ins]
             for k, dev in enumerate(cc.devices):
                 for i, nd in zip(ins, needs):
                     if not nd[k].empty:
@@ -422,7 +429,8 @@ class TaskGraph:
         op = self.graph.ops[o]
         P = self.P
         tasks, edges = [], []
-        for k, tile in enumerate(self.tiles(o, cfg.degrees)):
+        red = cfg.reduce
+        for k, (tile, _) in enumerate(self.points(o, cfg)):
             dev = cfg.devices[k]
             spec = self.machine.devices[dev]
             out_b = float(tile.volume * op.itemsize)
@@ -431,6 +439,7 @@ class TaskGraph:
                               out_b, dev, out_b, -1))
                 continue
             f, b = self.cost.op_time(op, tile, spec)
+            f, b = f / red, b / red  # one slice of the reduction dim
             tasks.append((pack_key(o, 0, k), f, dev, F_, out_b, dev, 2 * out_b, -1))
             if op.has_backward:
                 tasks.append((pack_key(2 * P - 1 - o, 0, k), b, dev, B_, out_b, dev, 0.0, -1))
@@ -449,7 +458,15 @@ class TaskGraph:
         cons = list(zip(self.cons_ops[p], cfgs[1:]))
         reads = [(need, dev, _ext(c, 0, k), pack_key(c, 1, k, 1 + i))
                  for c, k, dev, i, need in self._needs_of(prod, cons)]  # forward reads
-        if self.fast_reads:
+        if cp.reduce > 1:  # F(p, (k, r)) reduce into the zero-filled output
+            st = FieldState.filled(prod.output_rect, 0)
+            for j, (t, _) in enumerate(self.points(p, cp)):
+                st = st.access(Request(t, "reduce", cp.devices[j], _ext(p, 0, j), "+",
+                                       (p, j, -1)), _no_id)[1]
+            for r, dev, opc, key0 in reads:
+                st = self._access(st, Request(r, "read", dev, opc), key0, item, 2, tasks,
+                                  edges, cmap)
+        elif self.fast_reads:
             self._fast_reads([[t.lo, t.hi, t, {cp.devices[j]: _ext(p, 0, j)}, cp.devices[j]]
                               for j, t in enumerate(tiles)], reads, item, 2, tasks, edges)
         else:
@@ -464,7 +481,7 @@ class TaskGraph:
             for c, k, dev, i, need in self._needs_of(prod, backward):  # reductions
                 st = st.access(Request(need, "reduce", dev, _ext(c, 1, k), "+", (c, k, i)),
                                _no_id)[1]
-            for j, t in enumerate(tiles):  # B(p, j) reads its gradient tile
+            for j, (t, _) in enumerate(self.points(p, cp)):  # B(p, j) reads its grad tile
                 st = self._access(st, Request(t, "read", cp.devices[j], _ext(p, 1, j)),
                                   pack_key(2 * P - 1 - p, 1, j, 0), item, 0, tasks, edges,
                                   cmap)
@@ -488,10 +505,10 @@ class TaskGraph:
         reads = []
         for q, pn, cfg in groups:  # forward reads of w
             op = ops[q]
-            for k, tile in enumerate(self.tiles(q, cfg.degrees)):
+            for k, (tile, j) in enumerate(self.points(q, cfg)):
                 dev = cfg.devices[k]
                 for pname, pos in pn:
-                    r = op.weight_rect(pname, tile)
+                    r = op.part_weight_rect(pname, tile, j, cfg.reduce)
                     if r.empty:
                         continue
                     reads.append((r, dev, _ext(q, 0, k), pack_key(q, 1, k, pos)))
@@ -508,10 +525,10 @@ class TaskGraph:
             op = ops[q]
             if not op.has_backward:
                 continue
-            for k, tile in enumerate(self.tiles(q, cfg.degrees)):
+            for k, (tile, j) in enumerate(self.points(q, cfg)):
                 dev = cfg.devices[k]
                 for pname, _ in pn:
-                    r = op.weight_rect(pname, tile)
+                    r = op.part_weight_rect(pname, tile, j, cfg.reduce)
                     if r.empty:
                         continue
                     st = st.access(Request(r, "reduce", dev, _ext(q, 1, k), "+", (q, k, pname)),

@@ -51,3 +51,28 @@ def random_degrees(op, n: int, rng) -> list[int]:
     if op.kind == "conv2d" and op.attrs["groups"] % deg[1]:
         deg[1] = 1
     return deg
+
+
+def megatron_mlp() -> lp.nn.Model:
+    """A Transformer MLP block (dense + gelu, then a dense without
+    activation) and a classifier: Megatron-LM splits the first by columns,
+    the second by rows (a reduction split, ParallelConfig.reduce)."""
+    m = lp.nn.Model(batch_size=BATCH, seed=11)
+    t = m.input((8,), name="x")
+    t = m.dense(t, 16, activation="gelu", name="ff1")
+    t = m.dense(t, 8, name="ff2")
+    t = m.dense(t, 3, name="head")
+    m.softmax(t, name="softmax")
+    return m
+
+
+def megatron(graph, n: int):
+    """ff1 column-split over the n devices, ff2 row-split (reduce n) on the
+    same devices, so slice r of ff2 reads ff1's tile r where it lives; the
+    rest data parallel."""
+    from legionpy.optimizer import Machine, ParallelConfig, Strategy
+
+    s = dict(Strategy.data_parallel(graph, Machine.local(n)))
+    s["ff1"] = ParallelConfig((1, n), tuple(range(n)))
+    s["ff2"] = ParallelConfig((1, 1), tuple(range(n)), reduce=n)
+    return Strategy(s)

@@ -200,11 +200,15 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
         if not dp.stopped_on_budget:  # disjoint device sets for repeated layers (.stages)
             t1, sc = time.perf_counter(), scoring[0]
             tried = {"dp": cost(dp_s)}
+            est = scoring[0] - sc  # one full simulation: the unit of this pass
             for name, s in staged_candidates(graph, machine, dp_s).items():
-                if timed and time.perf_counter() >= share(0.6 if "mcmc" in methods else 1.0):
+                if timed and time.perf_counter() + est >= share(
+                        0.6 if "mcmc" in methods else 1.0):
                     stops["elimination"] = "budget"
                     break
+                t2 = time.perf_counter()
                 tried[name] = cost(s)
+                est = time.perf_counter() - t2
                 if tried[name] < cost(dp_s):
                     dp_s = s
             scoring[0] = sc  # these simulations are the pass's search, not scoring

@@ -38,6 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...geometry import Rect
+from ...placement import update_shards
 from ..costmodel import AnalyticCostModel, CostModel
 
 __all__ = ["AdditiveCosts"]
@@ -91,11 +92,13 @@ class AdditiveCosts:
         return s
 
     # -- tiles -----------------------------------------------------------------
-    def tiles(self, op, degrees) -> list[Rect]:
-        k = (op.output_shape, degrees)
+    def tiles(self, op, degrees, red: int = 1) -> list[Rect]:
+        """The output tile of every point (``red`` points per tile under a
+        reduction split, ParallelConfig.reduce)."""
+        k = (op.output_shape, degrees, red)
         t = self._tiles.get(k)
         if t is None:
-            t = self._tiles[k] = op.output_rect.split(degrees)
+            t = self._tiles[k] = [x for x in op.output_rect.split(degrees) for _ in range(red)]
         return t
 
     def copy_seconds(self, nbytes: float, src: int, dst: int) -> float:
@@ -106,18 +109,18 @@ class AdditiveCosts:
     # -- node costs --------------------------------------------------------------
     def tile_times(self, op, cfg) -> np.ndarray:
         """Forward + backward seconds of each tile of ``op`` under ``cfg``."""
-        k = (self.signature(op, False), cfg.degrees,
+        k = (self.signature(op, False), cfg.degrees, cfg.reduce,
              tuple(self.machine.devices[d].kind for d in cfg.devices))
         r = self._compute.get(k)
         if r is None:
             ts = []
-            for tile, dev in zip(self.tiles(op, cfg.degrees), cfg.devices):
+            for tile, dev in zip(self.tiles(op, cfg.degrees, cfg.reduce), cfg.devices):
                 spec = self.machine.devices[dev]
                 if op.kind == "input":
                     ts.append(self.cost.load_time(float(tile.volume * op.itemsize), spec))
                 else:
                     f, b = self.cost.op_time(op, tile, spec)
-                    ts.append(f + b)
+                    ts.append((f + b) / cfg.reduce)  # one slice of the reduction dim
             r = self._compute[k] = np.asarray(ts)
         return r
 
@@ -136,20 +139,24 @@ class AdditiveCosts:
         r = self._sync.get(k)
         if r is not None:
             return r
-        tiles = self.tiles(op, cfg.degrees)
+        red = cfg.reduce
+        tiles = self.tiles(op, cfg.degrees, red)
         per_home: dict[int, float] = {}
         for pname, p in op.params.items():
             item = np.dtype(p.dtype).itemsize
             groups: dict[Rect, list[int]] = {}
-            for tile, dev in zip(tiles, cfg.devices):
-                groups.setdefault(op.weight_rect(pname, tile), []).append(dev)
+            for m, (tile, dev) in enumerate(zip(tiles, cfg.devices)):
+                wr = op.part_weight_rect(pname, tile, m % red, red)
+                if not wr.empty:
+                    groups.setdefault(wr, []).append(dev)
             for rect, devs in groups.items():
-                home = devs[0]
-                nb = float(rect.volume * item)
-                t = self.cost.update_time(p, rect, self.machine.devices[home])
-                for d in set(devs):
-                    t += self.copy_seconds(nb, d, home) + self.copy_seconds(nb, home, d)
-                per_home[home] = per_home.get(home, 0.0) + t / self.users[id(p)]
+                users = tuple(dict.fromkeys(devs))
+                for srect, home in update_shards(rect, users, item):  # as the task graph
+                    nb = float(srect.volume * item)
+                    t = self.cost.update_time(p, srect, self.machine.devices[home])
+                    for d in users:
+                        t += self.copy_seconds(nb, d, home) + self.copy_seconds(nb, home, d)
+                    per_home[home] = per_home.get(home, 0.0) + t / self.users[id(p)]
         r = self._sync[k] = max(per_home.values()) if per_home else 0.0
         return r
 
@@ -166,8 +173,9 @@ class AdditiveCosts:
             ref = op.inputs[i]
             nd = len(ref.op.output_shape)
             lo, hi = [], []
-            for t in self.tiles(op, dc):
-                q = op.input_rect(i, t)
+            dg, red = dc
+            for m, t in enumerate(self.tiles(op, dg, red)):
+                q = op.part_input_rect(i, t, m % red, red)
                 if q.empty:
                     lo.append((0,) * nd)
                     hi.append((0,) * nd)
@@ -187,7 +195,7 @@ class AdditiveCosts:
             kp = (prod.output_shape, dp)
             b = self._bounds.get(kp)
             if b is None:
-                tp = self.tiles(prod, dp)
+                tp = self.tiles(prod, *dp)
                 b = self._bounds[kp] = (np.array([t.lo for t in tp])[:, None, :],
                                         np.array([t.hi for t in tp])[:, None, :])
             nlo, nhi = self._needs(op, i, dc)
@@ -198,7 +206,7 @@ class AdditiveCosts:
 
     def edge(self, op, i: int, cp, cc) -> float:
         """Transfer seconds of input ``i`` of ``op`` (forward + backward)."""
-        v = self._volumes(op, i, cp.degrees, cc.degrees)
+        v = self._volumes(op, i, (cp.degrees, cp.reduce), (cc.degrees, cc.reduce))
         sp = np.asarray(cp.devices)
         sc = np.asarray(cc.devices)
         lat = self.lat[sp[:, None], sc[None, :]]
@@ -218,7 +226,7 @@ class AdditiveCosts:
         prod = op.inputs[i].op
         lo, hi, which, pdev = [], [], [], []
         for a, cp in enumerate(cps):
-            for t, d in zip(self.tiles(prod, cp.degrees), cp.devices):
+            for t, d in zip(self.tiles(prod, cp.degrees, cp.reduce), cp.devices):
                 lo.append(t.lo)
                 hi.append(t.hi)
                 which.append(a)
@@ -228,7 +236,7 @@ class AdditiveCosts:
         D = self.machine.num_devices
         out = np.empty((len(cps), len(ccs)))
         for b, cc in enumerate(ccs):
-            nlo, nhi = self._needs(op, i, cc.degrees)
+            nlo, nhi = self._needs(op, i, (cc.degrees, cc.reduce))
             ext = np.minimum(phi, nhi[None]) - np.maximum(plo, nlo[None])
             v = np.prod(np.clip(ext, 0, None), axis=2).astype(float) * prod.itemsize
             sc = np.asarray(cc.devices)

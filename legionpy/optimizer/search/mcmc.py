@@ -114,12 +114,15 @@ class _Walker:
         self.sim, self.use_delta = sim, use_delta
         self.current: Strategy | None = None
         self.evals = 0
+        self.full_s = 0.0  # seconds of the latest full simulation (a unit of work)
 
     def goto(self, strategy: Strategy) -> float:
         cur = self.current
         diff = [] if cur is None else [n for n in strategy if cur[n] != strategy[n]]
         if cur is None or not self.use_delta or len(diff) > 8:
+            t = time.perf_counter()
             c = _cost(self.sim.run(strategy))
+            self.full_s = time.perf_counter() - t
         elif not diff:
             c = _cost(self.sim.result())
         else:
@@ -246,7 +249,7 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
             chain_deadline = math.inf
         else:
             share = None
-            if time.perf_counter() >= deadline:
+            if time.perf_counter() + walker.full_s >= deadline:  # no time to start it
                 on_budget = True
                 break
             chain_deadline = time.perf_counter() + max(
@@ -269,6 +272,9 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
             it += 1
             members = groups[rng.randrange(len(groups))] if groups and \
                 rng.random() < group_moves else None
+            if members and share is None and \
+                    time.perf_counter() + 2 * walker.full_s >= chain_deadline:
+                members = None  # two full simulations would overrun: a single-op move
             op = members[0] if members else movable[rng.randrange(len(movable))]
             cfgs = table[op]
             old = walker.current[op]

@@ -24,6 +24,10 @@ one, so two methods compared on "the same space" really are:
 ``placement``       ``"aligned"`` (default), ``"zero"`` (block starts at 0)
                     or ``"any"`` (every start ``0 .. D - n``)
 ``max_devices``     at most this many tiles (default ``D``)
+``reduce``          also split the op's reduction dim (``ParallelConfig.reduce``,
+                    a dense layer without a fused activation): ``r`` points per
+                    tile, ``r`` dividing the dim, ``n * r`` within the limits
+                    above, the split counting as one more split dim (default on)
 ==================  ========================================================
 
 The elimination DP uses ``ConfigSpace.dp_default()`` (powers of two, at
@@ -65,6 +69,7 @@ class ConfigSpace:
     degrees: tuple[int, ...] | None = None
     placement: str = "aligned"
     max_devices: int | None = None
+    reduce: bool = True
 
     @classmethod
     def dp_default(cls) -> ConfigSpace:
@@ -73,7 +78,7 @@ class ConfigSpace:
 
     def key(self) -> tuple:
         return (self.labels, self.max_split_dims, self.pow2, self.degrees, self.placement,
-                self.max_devices)
+                self.max_devices, self.reduce)
 
     def degree_tuples(self, op, num_devices: int) -> list[tuple[int, ...]]:
         """Every allowed degree tuple of ``op``, in a fixed order."""
@@ -108,6 +113,18 @@ class ConfigSpace:
         raise ValueError(f"placement must be 'aligned', 'zero' or 'any', got "
                          f"{self.placement!r}")
 
+    def reduce_degrees(self, op, degs: tuple[int, ...], num_devices: int) -> list[int]:
+        """The reduction-dim degrees allowed with ``degs`` (1 always)."""
+        ext = op.reduce_extent() if self.reduce else 0
+        n = math.prod(degs)
+        cap = min(num_devices, self.max_devices or num_devices) // n
+        if not ext or cap < 2 or (self.max_split_dims is not None and
+                                  sum(k > 1 for k in degs) >= self.max_split_dims):
+            return [1]
+        return [1] + [r for r in divisors(ext, cap) if r > 1
+                      and not (self.pow2 and (n * r) & (n * r - 1))
+                      and (self.degrees is None or n * r in self.degrees)]
+
     def configs(self, op, machine) -> list[ParallelConfig]:
         """Every config of ``op`` in this space (never empty: the whole op on
         device 0 is always in it)."""
@@ -115,8 +132,9 @@ class ConfigSpace:
         out = []
         for degs in self.degree_tuples(op, D):
             n = math.prod(degs)
-            for s in self.starts(n, D):
-                out.append(ParallelConfig(degs, tuple(range(s, s + n))))
+            for red in self.reduce_degrees(op, degs, D):
+                for s in self.starts(n * red, D):
+                    out.append(ParallelConfig(degs, tuple(range(s, s + n * red)), red))
         if not out:
             out.append(ParallelConfig.single(len(op.output_shape), 0))
         return out
@@ -126,7 +144,7 @@ class ConfigSpace:
         memo: dict = {}
         out = {}
         for op in graph.ops:
-            k = (op.output_shape, op.dims)
+            k = (op.output_shape, op.dims, op.reduce_extent() if self.reduce else 0)
             if k not in memo:
                 memo[k] = self.configs(op, machine)
             out[op.name] = memo[k]
