@@ -8,7 +8,12 @@ compare it with the baselines (FlexFlow paper sections 6 and 8.2).
 Progress goes to stderr (tqdm); the table (or, with ``--json``, one object
 with ``search_time_s``, ``strategies: {name: {iteration_time_s,
 speedup_vs_data, bytes_moved}}`` and ``best``) to stdout. The best strategy
-is written to ``--out`` (default ``MODEL-SPEC.json``).
+is written to ``--out`` (default ``MODEL-SPEC.json``) atomically; an
+existing file that holds a faster strategy for the same model and machine
+is kept (``--force`` overwrites), and the output says what happened to it.
+Ctrl-C ends the search, writes the best strategy found so far (the
+baselines and every method that finished) the same way, says where, and
+exits with status 130.
 """
 
 from __future__ import annotations
@@ -39,11 +44,14 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", type=out_file, default=None,
                    help="simulated Chrome trace of the best")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--force", action="store_true",
+                   help="overwrite --out even when it holds a faster strategy")
 
 
 @command("search", "search a parallelization strategy and compare it with the baselines")
 def _search(args) -> dict:
     from .. import models
+    from ..cli import _debug
     from ..errors import StrategyError
     from ..optimizer import Machine, Simulator, search
     from ..optimizer.search import DEFAULT_METHODS
@@ -58,7 +66,7 @@ def _search(args) -> dict:
     graph = models.build(args.model, **kw).graph
     machine = Machine.parse(args.machine)
     bar = None
-    if not args.no_progress:
+    if not (args.no_progress or args.json or not sys.stderr.isatty()):
         from tqdm import tqdm
         total = args.iterations or None
         bar = tqdm(total=total, desc=f"search {args.model}", file=sys.stderr, unit="prop",
@@ -70,19 +78,25 @@ def _search(args) -> dict:
             bar.set_postfix_str(f"best {best * 1e3:.3f} ms", refresh=True)
 
     def stage(name):
+        if _debug():
+            print(f"legionpy search: {name}", file=sys.stderr, flush=True)
         if bar is not None:
             bar.set_description_str(f"search {args.model}: {name}")
 
+    found: dict = {}
     try:
         rep = search.run_all(graph, machine, args.budget, args.seed, methods,
-                             args.iterations, progress=progress, stage=stage)
+                             args.iterations, progress=progress, stage=stage, found=found)
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
+        return _interrupted(args, graph, machine, found)
     finally:
         if bar is not None:
             bar.close()
     best = rep.best_strategy
-    spec = args.machine.replace("/", "_").replace(":", "-")
-    out = args.out or f"{args.model}-{spec}.json"
-    best.save(out)
+    out = args.out or default_out(args)
+    note = write_strategy(out, best, graph, machine, args.force)
     files = {"strategy": out}
     if args.png:
         plot_strategy(graph, best, machine, args.png)
@@ -95,8 +109,75 @@ def _search(args) -> dict:
     res = rep.to_json()
     res["files"] = files
     res["details"] = rep.details
-    res["text"] = rep.table() + f"\nwrote {', '.join(files.values())}"
+    res["strategy_file"] = note
+    res["text"] = rep.table() + f"\n{note['message']}" + "".join(
+        f"\nwrote {f}" for k, f in files.items() if k != "strategy")
     return res
+
+
+def default_out(args) -> str:
+    spec = args.machine.replace("/", "_").replace(":", "-")
+    return f"{args.model}-{spec}.json"
+
+
+def _cost(sim, strategy) -> float:
+    r = sim.run(strategy)
+    return float(getattr(r, "search_cost", r.iteration_time_s))
+
+
+def write_strategy(path: str, best, graph, machine, force: bool = False) -> dict:
+    """Write ``best`` to ``path`` unless ``path`` already holds a strategy
+    for this model and machine that simulates faster (``force`` overwrites
+    anyway); returns ``{"action": "wrote"|"replaced"|"kept"|"unchanged",
+    "message"}``, the message saying what happened to an existing file."""
+    import os
+
+    from ..errors import LegionpyError
+    from ..optimizer import Simulator, Strategy
+
+    if not os.path.exists(path):
+        best.save(path)
+        return {"action": "wrote", "message": f"wrote {path}"}
+    sim = Simulator(graph, machine)
+    new = _cost(sim, best)
+    try:
+        old_s = Strategy.load(path, graph)
+        old_s.validate(graph, machine)
+        old = _cost(sim, old_s)
+        why = None
+    except (LegionpyError, OSError, ValueError, KeyError) as e:
+        old_s, old, why = None, None, str(e).split("\n")[0]
+    if old_s is not None and dict(old_s) == dict(best):
+        return {"action": "unchanged", "message": f"{path} already holds this strategy"}
+    if old is not None and old < new and not force:
+        return {"action": "kept",
+                "message": f"kept {path}: the strategy it holds simulates faster "
+                           f"({old * 1e3:.3f} ms) than this search's best ({new * 1e3:.3f} ms); "
+                           "pass --force to overwrite it, or --out FILE to write elsewhere"}
+    best.save(path)
+    was = (f"it held a different strategy ({old * 1e3:.3f} ms, now {new * 1e3:.3f} ms)"
+           if old is not None else f"it held no strategy for this model and machine ({why})")
+    return {"action": "replaced", "message": f"replaced {path}: {was}"}
+
+
+def _interrupted(args, graph, machine, found: dict) -> dict:
+    """Ctrl-C during the search: write the best strategy found so far."""
+    from ..optimizer import Simulator
+
+    sim = Simulator(graph, machine)
+    costs = {m: _cost(sim, s) for m, (s, _) in found.items()}
+    if not costs:
+        return {"text": "interrupted before any strategy was found; nothing written",
+                "interrupted": True, "exit_status": 130}
+    name = min(costs, key=costs.get)
+    out = args.out or default_out(args)
+    note = write_strategy(out, found[name][0], graph, machine, args.force)
+    text = (f"interrupted (Ctrl-C): the best strategy so far is {name}'s "
+            f"({costs[name] * 1e3:.3f} ms per iteration, of {sorted(costs)}); {note['message']}")
+    print(f"legionpy search: {text}", file=sys.stderr)
+    return {"text": "", "interrupted": True, "best": name, "iteration_time_s": costs[name],
+            "strategies": {m: {"search_cost": c} for m, c in costs.items()},
+            "strategy_file": note, "files": {"strategy": out}, "exit_status": 130}
 
 
 _search.configure = _configure

@@ -49,3 +49,29 @@ def _umask() -> int:
     m = os.umask(0)
     os.umask(m)
     return m
+
+
+def test_search_ctrl_c_writes_the_best_so_far_and_exits_130(tmp_path):
+    out = tmp_path / "best.json"
+    env = {**ENV, "LEGIONPY_DEBUG": "1"}  # prints the search's stages on stderr
+    proc = subprocess.Popen([sys.executable, "-m", "legionpy.cli", "search", "lenet",
+                             "--machine", "p100:1x4", "--budget", "120", "--out", str(out),
+                             "--json"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:  # wait until MCMC runs: the other methods have finished
+        seen.append(line)
+        if line.strip() == "legionpy search: mcmc":
+            break
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    stdout, err = proc.communicate(timeout=120)
+    err = "".join(seen) + err
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and f"wrote {out}" in err
+    res = json.loads(stdout)
+    assert res["interrupted"] and res["best"] in ("data", "model", "elimination", "partitioner",
+                                                  "expert", "owt")
+    saved = json.loads(out.read_text())
+    assert saved["model"] == "lenet" and saved["ops"]
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".tmp")] == []

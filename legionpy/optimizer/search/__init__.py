@@ -128,7 +128,8 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
             methods: Sequence[str] | None = None, iterations: int | None = None,
             cost_model=None, space: ConfigSpace | None = None,
             progress: Callable[[int, int | None, float], None] | None = None,
-            stage: Callable[[str], None] | None = None) -> SearchReport:
+            stage: Callable[[str], None] | None = None,
+            found: dict | None = None) -> SearchReport:
     """Run ``methods`` (default :data:`DEFAULT_METHODS`; add ``"exhaustive"``
     for tiny cases) and simulate each result.
 
@@ -154,7 +155,9 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
                             f"{list(DEFAULT_METHODS) + ['owt', 'exhaustive']}")
     sim = Simulator(graph, machine, cost_model)
     rep = SearchReport(graph.name, machine.name)
-    found: dict[str, tuple[Strategy, float]] = {}
+    # {method: (strategy, search s)} as methods finish; a caller's dict keeps
+    # the results so far when Ctrl-C ends the search (legionpy search)
+    found = {} if found is None else found
     stops: dict[str, str] = {}
     scored: dict[Strategy, tuple] = {}
     scoring = [0.0]
