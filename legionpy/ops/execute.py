@@ -48,7 +48,7 @@ import numpy as np
 from ..errors import GraphError, StrategyError
 from ..geometry import Rect
 from . import kernels as K
-from .base import Operator
+from .base import Operator, reduce_slice
 from .kernels.rnn import _activate, _dgates
 
 __all__ = ["Tile", "tile_kernel", "tile_forward", "tile_backward", "loss_gradient",
@@ -136,6 +136,16 @@ def _act_bwd(act: str | None, dy: Any, y: Any, cache: dict) -> Any:
     return K.gelu_backward(dy, cache["z"])
 
 
+def _with_bias_grad(t: Tile, dws: dict, db: Any) -> dict:
+    """``dws`` plus the bias gradient: ``db``, or an empty one for a later
+    slice of a reduction split (its bias rect is empty: slice 0 owns it)."""
+    if db is not None:
+        dws["bias"] = db
+    elif "bias" in t.ws:
+        dws["bias"] = t.ws["bias"] * 0
+    return dws
+
+
 # -- operators -------------------------------------------------------------------
 @tile_kernel("conv2d")
 class _Conv:
@@ -153,20 +163,19 @@ class _Conv:
     @staticmethod
     def forward(op, t):
         pad, g = _Conv._geom(op, t)
-        z = K.conv2d_forward(t.xs[0], t.ws["weight"], t.ws.get("bias"), op.attrs["stride"], pad,
-                             g)
+        bias = t.ws.get("bias") if t.part[0] == 0 else None  # added by slice 0 only
+        z = K.conv2d_forward(t.xs[0], t.ws["weight"], bias, op.attrs["stride"], pad, g)
         return _act_fwd(op.attrs.get("activation"), z, t.cache)
 
     @staticmethod
     def backward(op, t, y, dy):
         pad, g = _Conv._geom(op, t)
-        dz = _act_bwd(op.attrs.get("activation"), dy, y, t.cache)
+        act = op.attrs.get("activation")
+        dz = _act_bwd(act, dy, y, t.cache)
         dx, dw, db = K.conv2d_backward(dz, t.xs[0], t.ws["weight"], op.attrs["stride"], pad, g,
-                                       has_bias="bias" in t.ws, need_input_grad=t.need(0))
-        dws = {"weight": dw}
-        if db is not None:
-            dws["bias"] = db
-        return [dx], dws
+                                       has_bias="bias" in t.ws and t.part[0] == 0,
+                                       need_input_grad=t.need(0))
+        return [dx], _with_bias_grad(t, {"weight": dw}, db)
 
 
 @tile_kernel("pool2d")
@@ -211,11 +220,7 @@ class _Dense:
         first = t.part[0] == 0
         dx, dw, db = K.dense_backward(dz, x.reshape(-1, n), t.ws["weight"],
                                       "bias" in t.ws and first, t.need(0))
-        dws = {"weight": dw}
-        if db is not None:
-            dws["bias"] = db
-        elif "bias" in t.ws:  # a later reduction slice: its bias rect is empty
-            dws["bias"] = t.ws["bias"] * 0
+        dws = _with_bias_grad(t, {"weight": dw}, db)
         return [None if dx is None else dx.reshape(x.shape)], dws
 
 
@@ -375,15 +380,32 @@ class _BatchMatmul:
 @tile_kernel("embedding")
 class _Embedding:
     @staticmethod
+    def _ids(op, t):
+        """Ids relative to the tile's rows, and the mask of those it holds
+        (all of them unless the vocabulary is reduce-split)."""
+        ids = t.xs[0].astype(np.int64, copy=False)
+        r, n = t.part
+        if n == 1:
+            return ids, None
+        v0, v1 = reduce_slice(op.attrs["vocab"], r, n)
+        mask = (ids >= v0) & (ids < v1)
+        return np.where(mask, ids - v0, 0), mask
+
+    @staticmethod
     def forward(op, t):
-        return K.embedding_forward(t.xs[0].astype(np.int64, copy=False), t.ws["weight"])
+        ids, mask = _Embedding._ids(op, t)
+        y = K.embedding_forward(ids, t.ws["weight"])
+        return y if mask is None else y * mask[..., None]
 
     @staticmethod
     def backward(op, t, y, dy):
         w = t.ws["weight"]
         dw = np.zeros(w.shape, dy.dtype)
-        ids = t.xs[0].astype(np.int64, copy=False).reshape(-1)
-        K.scatter_add(np, dw, ids, dy.reshape(-1, w.shape[1]))
+        ids, mask = _Embedding._ids(op, t)
+        g = dy.reshape(-1, w.shape[1])
+        if mask is not None:
+            g = g * mask.reshape(-1, 1)
+        K.scatter_add(np, dw, ids.reshape(-1), g)
         return [None], {"weight": dw}
 
 

@@ -126,6 +126,23 @@ class Conv2D(Operator):
     def weight_rect(self, pname, out):
         return replace_dim(self.params[pname].rect, 0, out.lo[1], out.hi[1])
 
+    def reduce_extent(self):
+        """The input channels (ungrouped, no fused activation)."""
+        a = self.attrs
+        return 0 if a.get("activation") or a["groups"] != 1 else self.inputs[0].shape[1]
+
+    def part_input_rect(self, i, out, r=0, n=1):
+        q = self.input_rect(i, out)
+        return q if n == 1 else replace_dim(q, 1, *reduce_slice(self.inputs[0].shape[1], r, n))
+
+    def part_weight_rect(self, pname, out, r=0, n=1):
+        w = self.weight_rect(pname, out)
+        if n == 1:
+            return w
+        if pname == "bias":  # added once, by the first slice
+            return w if r == 0 else replace_dim(w, 0, w.lo[0], w.lo[0])
+        return replace_dim(w, 1, *reduce_slice(self.inputs[0].shape[1], r, n))
+
     def flops(self, out):
         kh, kw = self.attrs["kernel"]
         per = 2.0 * self.inputs[0].shape[1] // self.attrs["groups"] * kh * kw

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from ..errors import GraphError
 from ..geometry import Rect
-from .base import Operator, register, replace_dim
+from .base import Operator, reduce_slice, register, replace_dim
 
 __all__ = ["Embedding", "LSTMCell", "Attention"]
 
@@ -63,6 +63,15 @@ class Embedding(Operator):
 
     def weight_rect(self, pname, out):
         return Rect((0, out.lo[-1]), (self.attrs["vocab"], out.hi[-1]))
+
+    def reduce_extent(self):
+        """The vocabulary: slice ``r`` looks up the ids in its rows (the others
+        give zeros), the output is the sum of the slices (PaSE's split)."""
+        return self.attrs["vocab"]
+
+    def part_weight_rect(self, pname, out, r=0, n=1):
+        w = self.weight_rect(pname, out)
+        return w if n == 1 else replace_dim(w, 0, *reduce_slice(self.attrs["vocab"], r, n))
 
     def flops(self, out):
         return float(out.volume), float(out.volume)

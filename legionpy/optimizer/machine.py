@@ -91,6 +91,7 @@ class Machine:
         self.links: list[LinkSpec] = list(links)
         self._validate()
         self._routes: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._out_links: dict | None = None
 
     # -- validation -----------------------------------------------------------
     def _validate(self) -> None:
@@ -158,20 +159,28 @@ class Machine:
         key = (int(src), int(dst))
         r = self._routes.get(key)
         if r is None:
-            r = self._routes[key] = self._dijkstra(*key)
+            self._dijkstra(key[0])
+            r = self._routes.get(key)
+            if r is None:
+                raise MachineError(f"machine {self.name!r}: no route from device {src} "
+                                   f"({self.devices[src].name}) to device {dst} "
+                                   f"({self.devices[dst].name})")
         return r
 
-    def _dijkstra(self, src: int, dst: int) -> tuple[int, ...]:
-        out: dict[int, list[LinkSpec]] = {}
-        for ln in self.links:
-            out.setdefault(self._node_of[ln.src], []).append(ln)
+    def _dijkstra(self, src: int) -> None:
+        """Routes from ``src`` to every device (one shortest-path tree; the
+        same paths as a search stopped at each destination, since a popped
+        endpoint's predecessor never changes afterwards), into the cache."""
+        out = self._out_links
+        if out is None:
+            out = self._out_links = {}
+            for ln in self.links:
+                out.setdefault(self._node_of[ln.src], []).append(ln)
         best = {src: (0.0, 0)}
         prev: dict[int, LinkSpec] = {}
         heap = [(0.0, 0, src)]
         while heap:
             cost, hops, u = heapq.heappop(heap)
-            if u == dst:
-                break
             if (cost, hops) > best.get(u, (np.inf, 0)):
                 continue
             for ln in out.get(u, ()):
@@ -180,16 +189,15 @@ class Machine:
                 if c < best.get(v, (np.inf, 0)):
                     best[v], prev[v] = c, ln
                     heapq.heappush(heap, (c[0], c[1], v))
-        if dst not in prev:
-            raise MachineError(f"machine {self.name!r}: no route from device {src} "
-                               f"({self.devices[src].name}) to device {dst} "
-                               f"({self.devices[dst].name})")
-        path, v = [], dst
-        while v != src:
-            ln = prev[v]
-            path.append(ln.id)
-            v = self._node_of[ln.src]
-        return tuple(reversed(path))
+        for dst in range(len(self.devices)):
+            if dst == src or dst not in prev:
+                continue
+            path, v = [], dst
+            while v != src:
+                ln = prev[v]
+                path.append(ln.id)
+                v = self._node_of[ln.src]
+            self._routes[(src, dst)] = tuple(reversed(path))
 
     def route_table(self) -> tuple[np.ndarray, np.ndarray]:
         """``(length[D, D], links[D, D, max_hops])`` for vectorised lookups

@@ -49,7 +49,8 @@ class ParallelConfig:
     """Degrees per output dim and one device per tile (row-major tiles).
 
     ``reduce`` (issue 18): the op's *reduction* dim (a dense layer's input
-    features; :meth:`Operator.reduce_extent`) is split ``reduce`` ways too:
+    features, a convolution's input channels, an embedding's vocabulary;
+    :meth:`Operator.reduce_extent`) is split ``reduce`` ways too:
     every output tile ``k`` has ``reduce`` points ``(k, r)`` -- point ``m =
     k * reduce + r`` on ``devices[m]`` -- each computing a partial result
     from slice ``r`` of the reduction dim; the output tile is their sum, a
@@ -106,8 +107,9 @@ class ParallelConfig:
                 raise StrategyError(
                     f"op {op.name!r} ({op.kind}): reduce {self.reduce} " + (
                         f"does not divide its reduction dim of size {ext}" if ext else
-                        "is not allowed: it has no reduction dim to split (dense layers "
-                        "without a fused activation have one)"))
+                        "is not allowed: it has no reduction dim to split (dense layers and "
+                        "ungrouped convolutions without a fused activation, and embeddings, "
+                        "have one)"))
         if machine is not None:
             for dev in self.devices:
                 if not 0 <= dev < machine.num_devices:

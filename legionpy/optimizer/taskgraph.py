@@ -74,6 +74,7 @@ from ..errors import StrategyError
 from ..placement import param_tiles, update_points
 from ..runtime.coherence import FieldState, Piece, Request, choose_source
 from . import simkernels as K
+from .replicated import replicated_block
 
 __all__ = ["TaskGraph", "pack_key", "unpack_key", "KIND_NAMES"]
 
@@ -140,6 +141,19 @@ class _Block:
         e = np.array(edges, np.int64).reshape(-1, 2)
         self.esrc, self.edst = e[:, 0].copy(), e[:, 1].copy()
 
+    @classmethod
+    def from_arrays(cls, cols, edges: np.ndarray) -> _Block:
+        """A block from task columns (key, dur, res, kind, nbytes, mdev,
+        mbytes, ends) and an (m, 2) array of edge codes."""
+        b = cls.__new__(cls)
+        for name, c, dt in zip(cls.__slots__[:8], cols, (np.int64, np.float64, np.int64,
+                                                          np.int8, np.float64, np.int64,
+                                                          np.float64, np.int64)):
+            setattr(b, name, np.ascontiguousarray(c, dtype=dt))
+        e = np.asarray(edges, np.int64).reshape(-1, 2)
+        b.esrc, b.edst = e[:, 0].copy(), e[:, 1].copy()
+        return b
+
 
 class TaskGraph:
     """The task graph of (graph, strategy, machine, cost model); see the module
@@ -172,6 +186,8 @@ class TaskGraph:
         self._tiles: dict = {}
         self._pairs: dict = {}
         self._blocks: dict = {}  # (block id, configs) -> _Block (cache)
+        self._copy_cache: dict = {}  # (link, nbytes) -> seconds (replicated blocks)
+        self._rtab = None  # route table of replicated.route_table
         self._hops: dict = {}  # (src, dst, nbytes) -> ((resource, seconds), ...) per hop
         #: replay forward reads (no fills, no reductions) with :meth:`_fast_reads`
         #: instead of FieldState; tests/unit/test_taskgraph.py checks both agree
@@ -456,6 +472,10 @@ class TaskGraph:
         item = prod.itemsize
         tiles = self.tiles(p, cp.degrees)
         cons = list(zip(self.cons_ops[p], cfgs[1:]))
+        if self.fast_reads:
+            blk = self._aligned_tensor_block(p, cp, cons, tiles)
+            if blk is not None:
+                return blk
         reads = [(need, dev, _ext(c, 0, k), pack_key(c, 1, k, 1 + i))
                  for c, k, dev, i, need in self._needs_of(prod, cons)]  # forward reads
         if cp.reduce > 1:  # F(p, (k, r)) reduce into the zero-filled output
@@ -487,6 +507,36 @@ class TaskGraph:
                                   cmap)
         return _Block(tasks, edges)
 
+    def _aligned_tensor_block(self, p: int, cp, cons, tiles) -> _Block | None:
+        """The tensor block when every consumer tile ``k`` reads exactly the
+        producer's tile ``k`` on the same device (data parallelism's usual
+        edge), else None: no copies; forward edges ``F(p,k) -> F(c,k)`` per
+        read, backward ``B(c,k) -> B(p,k)`` per reducing consumer (what the
+        coherence replay gives: the data is valid where it is read and every
+        gradient buffer is local; tests/unit/test_replicated.py)."""
+        ops, P = self.graph.ops, self.P
+        prod = ops[p]
+        n = len(tiles)
+        fwd, bwd = [], []
+        if cp.reduce != 1:
+            return None
+        for c, cc in cons:
+            if cc.devices != cp.devices or cc.reduce != 1:
+                return None
+            ins = [i for i, r in enumerate(ops[c].inputs) if r.op is prod]
+            for i in ins:
+                if self.need(c, i, cc.degrees) != tiles:
+                    return None
+            fwd.append(len(ins))
+            bwd.append(ops[c].has_backward)
+        ks = np.arange(n)
+        e = [np.zeros((0, 2), np.int64)]
+        for (c, _), m, hb in zip(cons, fwd, bwd):
+            e.append(np.repeat(np.stack([_ext(p, 0, ks), _ext(c, 0, ks)], 1), m, axis=0))
+            if hb and prod.has_backward and p != P - 1:
+                e.append(np.stack([_ext(c, 1, ks), _ext(p, 1, ks)], 1))
+        return _Block.from_arrays([()] * 8, np.concatenate(e))
+
     def _param_block(self, w: int, cfgs) -> _Block:
         param = self.params[w]
         ops, P = self.graph.ops, self.P
@@ -512,6 +562,33 @@ class TaskGraph:
                     if r.empty:
                         continue
                     reads.append((r, dev, _ext(q, 0, k), pack_key(q, 1, k, pos)))
+        reducers = []  # backward reductions into g, in launch order
+        for q, pn, cfg in reversed(groups):
+            op = ops[q]
+            if not op.has_backward:
+                continue
+            for k, (tile, j) in enumerate(self.points(q, cfg)):
+                dev = cfg.devices[k]
+                for pname, _ in pn:
+                    r = op.part_weight_rect(pname, tile, j, cfg.reduce)
+                    if not r.empty:
+                        reducers.append((r, dev, _ext(q, 1, k), (q, k, pname)))
+        L = 2 * P + w
+        points = update_points(wtiles)
+        updates = []
+        for t, (r, home) in enumerate(points):
+            nb = float(r.volume * item)
+            updates.append((pack_key(L, 0, t), self.cost.update_time(
+                param, r, self.machine.devices[home]), home, UPDATE, nb, home,
+                (2 + self.optimizer_slots) * nb, -1))
+        if self.fast_reads and len(wtiles) == 1:
+            whole = wtiles[0].rect
+            los = [r.lo for r, _ in points]
+            if (all(x[0] == whole for x in reads) and all(x[0] == whole for x in reducers)
+                    and los == sorted(los)):
+                cols, e = replicated_block(self, points, [x[1:] for x in reads],
+                                           [x[1:3] for x in reducers], L, item, updates)
+                return _Block.from_arrays(cols, e)
         if self.fast_reads:
             self._fast_reads([[s.rect.lo, s.rect.hi, s.rect, s.valid, s.owner] for s in shards],
                              reads, item, 2, tasks, edges)
@@ -521,24 +598,10 @@ class TaskGraph:
                 st = self._access(st, Request(r, "read", dev, opc), key0, item, 2, tasks,
                                   edges, cmap)
         st = FieldState(shards)
-        for q, pn, cfg in reversed(groups):  # backward reductions into g
-            op = ops[q]
-            if not op.has_backward:
-                continue
-            for k, (tile, j) in enumerate(self.points(q, cfg)):
-                dev = cfg.devices[k]
-                for pname, _ in pn:
-                    r = op.part_weight_rect(pname, tile, j, cfg.reduce)
-                    if r.empty:
-                        continue
-                    st = st.access(Request(r, "reduce", dev, _ext(q, 1, k), "+", (q, k, pname)),
-                                   _no_id)[1]
-        L = 2 * P + w
-        for t, (r, home) in enumerate(update_points(wtiles)):
-            nb = float(r.volume * item)
-            tasks.append((pack_key(L, 0, t), self.cost.update_time(
-                param, r, self.machine.devices[home]), home, UPDATE, nb, home,
-                (2 + self.optimizer_slots) * nb, -1))
+        for r, dev, code, buf in reducers:
+            st = st.access(Request(r, "reduce", dev, code, "+", buf), _no_id)[1]
+        for t, (r, home) in enumerate(points):
+            tasks.append(updates[t])
             u = len(tasks) - 1
             st = self._access(st, Request(r, "read_write", home, u), pack_key(L, 1, t, 0),
                               item, 0, tasks, edges, cmap)
@@ -675,7 +738,7 @@ class TaskGraph:
         toff = np.concatenate([[0], np.cumsum(nt)])
         eoff = np.concatenate([[0], np.cumsum(ne)])
         N, M = int(toff[-1]), int(eoff[-1])
-        self._alloc(max(self.cap_t, 2 * N + 64), max(self.cap_e, 2 * M + 64))
+        self._alloc(N + N // 8 + 64, M + M // 8 + 64)  # delta grows on demand
         self.nfree_t, self.nfree_e = self.cap_t - N, self.cap_e - M
         for f in ("key", "dur", "res", "kind", "nbytes", "mdev", "mbytes", "ends"):
             getattr(self, f)[:N] = np.concatenate([getattr(b, f) for b in blks])

@@ -129,6 +129,9 @@ class Runtime:
             self.trace.start()
             atexit.register(self._write_trace)
         self.closed = False
+        if self.repl is None:  # under MPI report_failure already ends the job
+            ref = weakref.ref(self)
+            atexit.register(lambda: (rt := ref()) is not None and rt._exit_check())
 
     # -- configuration --------------------------------------------------------------
     def set_mapper(self, mapper: Any) -> None:
@@ -552,6 +555,7 @@ class Runtime:
             if o is not None:
                 self.sched.wait(o)
                 if o.state != DONE:
+                    o.error.legionpy_reported = True
                     raise o.error
 
     def fence(self, timeout: float | None = None) -> None:
@@ -610,6 +614,27 @@ class Runtime:
     def _write_trace(self) -> None:
         if self._trace_path and len(self.trace):
             self.trace.save(self._trace_path)
+
+    def _exit_check(self) -> None:
+        """At interpreter exit: wait for the launched tasks; a failure that no
+        ``get`` or fence raised ends the program with its message, status 1."""
+        if self.closed:
+            return
+        try:
+            self.sched.wait(None, 60)
+        except Exception:  # noqa: BLE001 - the failures are below
+            pass
+        roots = [o for o in self._failures
+                 if not isinstance(o.error.__cause__, type(o.error))] or self._failures
+        unseen = [o for o in roots if not getattr(o.error, "legionpy_reported", False)]
+        if unseen:
+            for o in sorted(unseen, key=lambda o: o.id):
+                print(f"legionpy: error: {o.error} (the task failed and nothing awaited it; "
+                      "call .get() on its Future or lp.fence() to handle it)",
+                      file=sys.stderr)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(1)
 
     def _exit_fence(self) -> None:
         """At interpreter exit under MPI: finish in-flight transfers first."""

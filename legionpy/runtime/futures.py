@@ -55,6 +55,7 @@ class Future:
         if op.state < 2:
             self._sched.wait(op, timeout)
         if op.state == FAILED:
+            op.error.legionpy_reported = True  # the exit check leaves it to the caller
             raise op.error
         if op.remote:
             self._sched.fetch([op], timeout)

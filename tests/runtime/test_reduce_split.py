@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from test_mirror import mirror
 from test_nn_invariance import train
-from tiny_models import BATCH, megatron, megatron_mlp
+from tiny_models import BATCH, cnn, megatron, megatron_mlp
 
+import legionpy as lp
 from legionpy.errors import StrategyError
 from legionpy.optimizer import Machine, ParallelConfig, Simulator, Strategy
 from legionpy.optimizer.mirror import compare
@@ -50,6 +51,58 @@ def test_reduce_split_with_sample_split_mirrors():
     assert not compare(a, b)
 
 
+def conv_split(graph, n):
+    """conv2 (no fused activation) split over its 4 input channels on top of
+    a 2-way sample split; the rest data parallel."""
+    s = dict(Strategy.data_parallel(graph, Machine.local(n)))
+    s["conv2"] = ParallelConfig((2, 1, 1, 1), tuple(i % n for i in range(4)), reduce=2)
+    return Strategy(s)
+
+
+def test_conv_input_channel_split_mirrors_and_trains_like_data():
+    from test_nn_invariance import X_IMG
+
+    a, b = mirror(cnn, 2, conv_split)
+    assert not compare(a, b)
+    assert sum(t.startswith("F:conv2[") for t in b.tasks) == 4
+    ref = train(cnn, X_IMG, 2, "data")
+    got = train(cnn, X_IMG, 2, conv_split)
+    for name, value in ref.items():
+        np.testing.assert_allclose(got[name], value, rtol=2e-4, atol=1e-6, err_msg=name)
+
+
+def vocab_split(graph, n):
+    """Every step's embedding split over the vocabulary (2 slices), the
+    slices on different devices; the rest data parallel."""
+    s = dict(Strategy.data_parallel(graph, Machine.local(n)))
+    for op in graph.ops:
+        if op.kind == "embedding":
+            s[op.name] = ParallelConfig((1,) * len(op.output_shape), (1 % n, 0), reduce=2)
+    return Strategy(s)
+
+
+def test_embedding_vocabulary_split_mirrors_and_trains_like_data():
+    from test_mirror import data_for, rnn
+
+    a, b = mirror(rnn, 2, vocab_split)
+    assert not compare(a, b)
+    xs, y = data_for(rnn())
+    params = {}
+    for spec in ("data", vocab_split):
+        lp.init(cpus=2)
+        try:
+            m = rnn()
+            m.compile(optimizer=lp.nn.SGD(lr=0.1), strategy=spec if spec == "data" else
+                      spec(m.graph, 2))
+            m.fit(xs[0], y, epochs=2, verbose=0, shuffle=False)
+            params[str(spec)] = m.parameters()
+        finally:
+            lp.runtime.shutdown()
+    ref, got = params.values()
+    for name, value in ref.items():
+        np.testing.assert_allclose(got[name], value, rtol=2e-4, atol=1e-6, err_msg=name)
+
+
 def test_reduce_configs_are_validated_and_saved():
     g = megatron_mlp().graph
     m = Machine.local(2)
@@ -69,7 +122,6 @@ def test_megatron_strategy_runs_the_zoo_transformer():
     """The named "megatron" strategy on the (small) zoo Transformer: every
     encoder MLP column-split then row-split; it simulates, compiles by name,
     trains, and gives data parallelism's parameters."""
-    import legionpy as lp
     from legionpy import models
 
     g = models.transformer(scale="small").graph

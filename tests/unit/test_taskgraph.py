@@ -156,11 +156,13 @@ def _blocks(sim, strategy, fast):
     bids = [("tensor", o) for o in range(len(ops))] + [("param", w)
                                                         for w in range(len(tg.params))]
     out = {}
-    for b in bids:
+    for b in bids:  # canonical: task rows by key, edges between keys (order-free)
         blk = tg._make_block(b, strategy)
-        e = sorted(zip(blk.esrc.tolist(), blk.edst.tolist()))
-        out[b] = ([getattr(blk, f).tolist() for f in ("key", "dur", "res", "kind", "nbytes",
-                                                       "mdev", "mbytes", "ends")], e)
+        key = blk.key.tolist()
+        e = sorted(tuple(key[c] if c >= 0 else c - 2**62 for c in ab)
+                   for ab in zip(blk.esrc.tolist(), blk.edst.tolist()))
+        out[b] = (sorted(zip(*(getattr(blk, f).tolist() for f in (
+            "key", "dur", "res", "kind", "nbytes", "mdev", "mbytes", "ends")))), e)
     return out
 
 

@@ -240,7 +240,8 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
         left = max(0.0, deadline - time.perf_counter()) if timed else budget_s
         t1 = time.perf_counter()
         mr = run_mcmc(graph, machine, left, seed, iterations, space=space, initial=init,
-                      simulator=sim, progress=progress, known_costs=known)
+                      simulator=sim, progress=progress, known_costs=known,
+                      full_sim_s=scoring[0] / max(1, len(scored)))
         found["mcmc"] = (mr.strategy, time.perf_counter() - t1 + dp_t)
         if mr.result is not None:
             score(mr.strategy, mr.result)

@@ -188,7 +188,7 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
          simulator: Simulator | None = None, progress: ProgressFn | None = None,
          elimination: bool = True, table: Mapping[str, list] | None = None,
          known_costs: Mapping[str, float] | None = None,
-         group_moves: float = 0.25) -> MCMCResult:
+         group_moves: float = 0.25, full_sim_s: float = 0.0) -> MCMCResult:
     """Metropolis-Hastings search; see the module docstring.
 
     ``budget_s``: wall-clock seconds (ignored when ``iterations`` is given);
@@ -198,12 +198,14 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
     ``elimination``); ``table``: an explicit ``{op name: configs}`` instead of
     ``space``; ``group_moves``: the probability that a proposal re-draws
     the config of a whole tied group (ops sharing a parameter, e.g. the cells
-    of one LSTM layer) instead of one op; ``known_costs``: simulated costs of
-    some ``initial`` strategies (by name), not simulated again. Under a
-    wall-clock budget nothing starts after the deadline (a chain, a
-    proposal, a polishing move), so the search ends within one proposal of
-    it; ``stopped_on_budget`` says whether the
-    deadline, rather than convergence, ended it. Returns an
+    of one LSTM layer) instead of one op; ``full_sim_s``: the expected
+    seconds of one full simulation (until one is timed here);
+    ``known_costs``: simulated costs of some ``initial`` strategies (by
+    name), not simulated again. Under a wall-clock budget nothing starts
+    after the deadline (a chain, a proposal, a polishing move), nor a full
+    simulation expected to overrun it, so the search ends within one
+    proposal of it; ``stopped_on_budget`` says whether the deadline, rather
+    than convergence, ended it. Returns an
     :class:`MCMCResult` (``result``: the best strategy's SimResult)."""
     t0 = time.perf_counter()
     space = space or ConfigSpace()
@@ -222,6 +224,7 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
     movable = [n for n, c in table.items() if len(c) > 1]
     groups = _groups(graph, table) if group_moves > 0 else []
     walker = _Walker(sim, use_delta)
+    walker.full_s = full_sim_s
     known = dict(known_costs or {})
     names = list(initial)
     if iterations is None and known:
