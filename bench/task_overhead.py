@@ -6,6 +6,8 @@ Dask's synchronous and threaded schedulers, with the ratio legionpy / Dask
 synchronous. Then the region-launch scaling case: index launches of a task
 with R / RW / WD / Reduce privileges over an equal partition of 10, 100, 1000
 and 4000 tiles, in microseconds per point (should not grow with the tile count).
+Last the traced case: the same kind of launch (three region arguments)
+untraced and replayed from a trace (``lp.trace``), with the ratio.
 Run: ``python bench/task_overhead.py [--tasks 10000] [--cpus 2] [--tiles 10,100,1000,4000]``.
 """
 
@@ -93,6 +95,43 @@ def bench_region_launch(executor: str, tiles: int, cpus: int, points: int = 4000
     return best
 
 
+def bench_traced(executor: str, tiles: int, cpus: int, points: int = 20000) -> tuple[float, float]:
+    """Microseconds per point, untraced and replayed, of index launches of
+    an empty task with three region arguments (R, RW and WD on the tiles of
+    three regions): 10 launches per block, the block inside ``lp.trace``
+    (the first runs record, later ones replay); a fence after each block."""
+    lr.init(cpus=cpus, executor=executor)
+    regs = [lp.Region((4 * tiles, 8), {"v": np.float64}, name=n) for n in "ABC"]
+    parts = [lp.Partition.equal(r, (tiles, 1)) for r in regs]
+    t = lp.task(noop, name="three", privileges=[lp.R("v"), lp.RW("v"), lp.WD("v")])
+    per_block = 10
+    blocks = max(3, points // (per_block * tiles))
+    colors = parts[0].colors
+
+    def block() -> None:
+        for _ in range(per_block):
+            lp.index_launch(t, colors, *parts)
+
+    def run(traced: bool) -> float:
+        lp.fence()
+        t0 = time.perf_counter()
+        for _ in range(blocks):
+            if traced:
+                with lp.trace("block"):
+                    block()
+            else:
+                block()
+            lp.fence()
+        return (time.perf_counter() - t0) / (blocks * per_block * tiles) * 1e6
+
+    run(False)
+    untraced = min(run(False) for _ in range(3))
+    run(True)  # records (twice: the first block's state differs) and replays
+    replayed = min(run(True) for _ in range(3))
+    lr.shutdown()
+    return untraced, replayed
+
+
 def bench_dask(n: int, workers: int) -> dict[str, float]:
     import dask
     import dask.threaded
@@ -123,8 +162,12 @@ def main() -> None:
     ap.add_argument("--tiles", default="10,100,1000,4000",
                     help="tile counts of the region-launch scaling case ('' to skip)")
     ap.add_argument("--only-regions", action="store_true", help="skip the no-op cases")
+    ap.add_argument("--only-traced", action="store_true", help="only the traced case")
     a = ap.parse_args()
     tiles = [int(x) for x in a.tiles.split(",") if x]
+    if a.only_traced:
+        _print_traced(tiles, a.cpus)
+        return
     if a.only_regions:
         _print_regions(tiles, a.cpus)
         return
@@ -137,6 +180,17 @@ def main() -> None:
             ref = dask_res["dask sync chained" if "chained" in k else "dask sync independent"]
             print(f"  legionpy {ex:7s} {k:28s} {v:8.2f}   x{v / ref:.2f} of dask sync")
     _print_regions(tiles, a.cpus)
+    _print_traced(tiles, a.cpus)
+
+
+def _print_traced(tiles: list[int], cpus: int) -> None:
+    print("index launch, three region arguments (R, RW, WD): untraced vs replayed trace "
+          "(us per point; target: replayed <= 10 us and <= 0.1x untraced)")
+    for ex in ("serial", "threads"):
+        for n in tiles:
+            u, r = bench_traced(ex, n, cpus)
+            print(f"  legionpy {ex:7s} {n:5d} tiles   untraced {u:8.2f}   replayed {r:8.2f}"
+                  f"   x{r / u:.3f}")
 
 
 def _print_regions(tiles: list[int], cpus: int) -> None:

@@ -22,6 +22,7 @@ __all__ = [
     "GraphError",
     "ModelError",
     "RankMismatchError",
+    "TraceMismatchError",
     "CheckpointError",
     "Interrupted",
 ]
@@ -87,6 +88,11 @@ class ModelError(LegionpyError, ValueError):
 
 class RankMismatchError(LegionpyError, RuntimeError):
     """MPI ranks ran different programs (their launch sequences differ)."""
+
+
+class TraceMismatchError(LaunchError):
+    """A replayed trace (``lp.trace(name, strict=True)``) met a launch that
+    differs from its recording; the message names both."""
 
 
 class CheckpointError(ModelError):

@@ -63,6 +63,7 @@ Per-tile state between F and B (see :mod:`legionpy.ops.execute`) is kept in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any
@@ -265,6 +266,9 @@ class Executor:
         #: are still accessed, so the runtime makes the same copies). See
         #: :func:`legionpy.optimizer.mirror.install_standins`.
         self.standin: dict[str, float] | None = None
+        #: the machine and cost model of the replay order (None: recorded order)
+        self.machine: Any = None
+        self.cost_model: Any = None
         self.set_strategy(strategy)
 
     def set_strategy(self, strategy: Any) -> None:
@@ -276,6 +280,7 @@ class Executor:
         graph, model_id = self.graph, self.model_id
         old = {pl.op.name: pl for pl in self.plans}
         self.strategy = strategy
+        self.rt.invalidate_traces()  # new launches: the steps are recorded again
         self.plans = [OpPlan(self, op, strategy[op.name]) for op in graph.ops]
         for pl in self.plans:
             if pl.op.name in old:
@@ -302,6 +307,7 @@ class Executor:
             return
         if m.strategies.get(self.model_id, (None, None))[1] is not self.strategy:
             m.add(self.model_id, self.graph, self.strategy)
+            self.rt.invalidate_traces()
 
     def check_runtime(self) -> Any:
         rt = lr.get_runtime()
@@ -312,9 +318,33 @@ class Executor:
         return rt
 
     # -- steps ---------------------------------------------------------------------------
+    def _order(self) -> Any:
+        """The replay order of a traced step: the simulated schedule (None:
+        the recorded run's order), see nn/schedule.py."""
+        if self.machine is None:
+            return None
+        from .schedule import simulated_order
+
+        return simulated_order(self.graph, self.strategy, self.machine, self.cost_model)
+
+    def traced(self, what: str) -> Any:
+        """``with ex.traced("train"):`` one step as a trace (recorded the first
+        times, replayed after); ``LEGIONPY_TRACE_STEPS=0`` runs steps untraced."""
+        if os.environ.get("LEGIONPY_TRACE_STEPS", "1") == "0":
+            return contextlib.nullcontext()
+        return lr.trace(f"{what}:{self.model_id}", order=self._order())
+
     def forward(self, inputs: list[dict], step: int, training: bool) -> None:
-        """Launch F of every op; ``inputs[j]`` shards of the j-th input op's batch."""
+        """Launch F of every op (one traced step); ``inputs[j]`` shards of the
+        j-th input op's batch."""
         self.install_mapper()
+        with self.traced("forward"):
+            self._forward(inputs, step, training)
+
+    def _forward(self, inputs: list[dict], step: int, training: bool) -> None:
+        for pl in self.plans:
+            if pl.red > 1:  # partial sums (a split reduction dim) accumulate from zero
+                lr.fill(self.regions[pl.op.name], "val", 0.0)
         j = 0
         for pl in self.plans:
             kw: dict = {"step": step, "training": training}
@@ -324,13 +354,17 @@ class Executor:
             lr.index_launch(pl.f_task, pl.colors, *pl.args(), launch_options=pl.f_opts, **kw)
 
     def train_step(self, inputs: list[dict], target: np.ndarray, step: int) -> Any:
-        """One iteration; returns the FutureMap of the last op's B (loss, metrics)."""
+        """One iteration, as a trace; returns the FutureMap of the last op's B
+        (loss, metrics)."""
+        self.install_mapper()
+        with self.traced("train"):
+            return self._train_step(inputs, target, step)
+
+    def _train_step(self, inputs: list[dict], target: np.ndarray, step: int) -> Any:
         for pl in self.plans:
             if pl.op.kind != "input":
                 lr.fill(self.regions[pl.op.name], "grad", 0.0)
-            if pl.red > 1:  # partial sums accumulate from zero
-                lr.fill(self.regions[pl.op.name], "val", 0.0)
-        self.forward(inputs, step, True)
+        self._forward(inputs, step, True)
         fm = None
         for pl in reversed(self.plans):
             if not pl.op.has_backward:

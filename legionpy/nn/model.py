@@ -106,6 +106,7 @@ class Model:
                              f"splits the last dim of {last.name!r}")
         self._ex = Executor(self.graph, self.strategy, self.optimizer, self.loss, self.metrics,
                             self.seed, self.id)
+        self._ex.machine = machine  # replayed steps run in its simulated order
         self._nops = len(self.graph.ops)
         self._step = self._epoch = self._batch = 0
         return self

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["MirrorGraph", "traced_taskgraph", "taskgraph_form", "compare", "install_standins",
-           "device_orders"]
+           "device_orders", "trace_labels", "simulated_starts"]
 
 _NAME = re.compile(r"^([FBU])\((.*)\)$")
 
@@ -98,18 +98,26 @@ def _reach(nodes: list, preds: dict, keep: set) -> dict:
     return out
 
 
-def traced_taskgraph(records: list[dict]) -> MirrorGraph:
-    """The MirrorGraph of a runtime trace (``Trace.records()`` of one
-    iteration, from one process or the concatenated records of every MPI
-    rank: records are merged by id, the executing rank's copy wins)."""
+def _merged(records: list[dict]) -> dict[int, dict]:
+    """Records by id (the concatenated records of every MPI rank: the
+    executing rank's copy wins)."""
     by_id: dict[int, dict] = {}
     for r in records:
         old = by_id.get(r["id"])
         if old is None or (old.get("device") is None and old.get("link") is None):
             by_id[r["id"]] = r
+    return by_id
+
+
+def trace_labels(records: list[dict]) -> dict[int, str]:
+    """``{record id: mirror label}`` of the compute/update tasks and of the
+    copies that feed one (the labels :class:`MirrorGraph` uses)."""
+    return _labels(_merged(records))
+
+
+def _labels(by_id: dict[int, dict]) -> dict[int, str]:
     ids = sorted(by_id)
     name_of: dict[int, str] = {}
-    g = MirrorGraph()
     for i in ids:
         r = by_id[i]
         if r["kind"] in ("compute", "update"):
@@ -127,21 +135,59 @@ def traced_taskgraph(records: list[dict]) -> MirrorGraph:
     seen: dict = {}
     for i in ids:
         r = by_id[i]
-        if i in name_of:
-            g.tasks[name_of[i]] = r["device"]
-            g.order.append(name_of[i])
-        elif r["kind"] == "copy" and i in fed:
+        if r["kind"] == "copy" and i in fed:
             src, dst = r["link"]
-            lab = _copy_label(name_of[fed[i]], src, dst, int(r["bytes"]), seen)
-            name_of[i] = lab
-            g.copies[lab] = (name_of[fed[i]], src, dst, int(r["bytes"]))
-            g.order.append(lab)
+            name_of[i] = _copy_label(name_of[fed[i]], src, dst, int(r["bytes"]), seen)
+    return name_of
+
+
+def traced_taskgraph(records: list[dict]) -> MirrorGraph:
+    """The MirrorGraph of a runtime trace (``Trace.records()`` of one
+    iteration, from one process or the concatenated records of every MPI
+    rank: records are merged by id, the executing rank's copy wins)."""
+    by_id = _merged(records)
+    ids = sorted(by_id)
+    name_of = _labels(by_id)
+    g = MirrorGraph()
+    for i in ids:
+        if i not in name_of:
+            continue
+        r = by_id[i]
+        lab = name_of[i]
+        if r["kind"] == "copy":
+            fed = lab[2:lab.index("@")]
+            g.copies[lab] = (fed, r["link"][0], r["link"][1], int(r["bytes"]))
+        else:
+            g.tasks[lab] = r["device"]
+        g.order.append(lab)
     nodes = ids
     preds = {i: [d for d in by_id[i]["deps"] if d in by_id] for i in ids}
     keep = set(name_of)
     reach = _reach(nodes, preds, keep)
     g.reach = {name_of[n]: {name_of[x] for x in s} for n, s in reach.items()}
     return g
+
+
+def simulated_starts(tg: Any) -> dict[str, float]:
+    """``{mirror label: simulated start (s)}`` of a simulated task graph (a
+    multi-hop copy: the start of its first hop)."""
+    from .taskgraph import COPY, unpack_key
+
+    out: dict[str, float] = {}
+    seen: dict = {}
+    first_hop: set = set()
+    for s in tg.order().tolist():
+        if tg.kind[s] != COPY:
+            out[tg.task_name(s)] = float(tg.start[s])
+            continue
+        L, _, k, arg, c, hop = unpack_key(int(tg.key[s]))
+        if (L, k, arg, c) in first_hop:
+            continue
+        first_hop.add((L, k, arg, c))
+        e = int(tg.ends[s])
+        lab = _copy_label(tg.task_name_of(L, k), e // 65536, e % 65536, int(tg.nbytes[s]), seen)
+        out[lab] = float(tg.start[s])
+    return out
 
 
 def taskgraph_form(tg: Any) -> MirrorGraph:
@@ -245,6 +291,9 @@ def install_standins(executor: Any, sim: Any) -> None:
                          for lid in machine.route(src, dst)))
 
     executor.rt.copy_standin = copy_time
+    # replayed steps run in this simulation's order (nn/schedule.py)
+    executor.machine, executor.cost_model = machine, cost
+    executor.rt.invalidate_traces()
 
 
 def device_orders(records: list[dict] | None = None, tg: Any = None) -> dict[int, list[str]]:

@@ -264,6 +264,9 @@ class DependenceAnalyzer:
     def __init__(self) -> None:
         # (root uid, field) -> privilege class -> RectIndex of _User
         self._users: dict[tuple[int, str], dict[Any, RectIndex]] = {}
+        #: (root uid, field) -> (op id, rect): a sole read-write user not yet
+        #: put in ``_users`` (see :meth:`summarize`)
+        self._sole: dict[tuple[int, str], tuple[int, Rect]] = {}
         self._seq = 0
         self._tests = 0  # rect tests done by indexes that were dropped since
 
@@ -287,6 +290,13 @@ class DependenceAnalyzer:
                 items.append((rect, priv.mode, priv.redop, req.root.uid, req.fields))
         deps: set[int] = set()
         users = self._users
+        sole = self._sole
+        if sole:
+            for _, _, _, uid, fields in items:
+                for f in fields:
+                    got = sole.pop((uid, f), None)
+                    if got is not None:
+                        self._install_sole(uid, f, *got)
         # a writer's pass-1 hits are exactly what its pruning needs, as long as
         # no earlier requirement of this op changed that (root, field) meanwhile
         hits_of: dict[tuple[int, Any], list] = {}
@@ -330,6 +340,21 @@ class DependenceAnalyzer:
                 ix.add(rect, seq, _User(op_id, mode, redop, rect, [rect], seq))
         return sorted(deps)
 
+    def summarize(self, op_id: int, fields: Iterable[tuple[int, str, Rect]]) -> None:
+        """Make op ``op_id`` the only user of each ``(root uid, field, root
+        rect)``, as a read-write user of the whole root: what a replayed
+        trace leaves (its end marker waits for every op before it, so later
+        operations need wait for it alone). No dependences are returned."""
+        sole = self._sole
+        for uid, f, rect in fields:
+            sole[uid, f] = (op_id, rect)  # made a RectIndex when an operation meets it
+
+    def _install_sole(self, uid: int, f: str, op_id: int, rect: Rect) -> None:
+        ix = RectIndex()
+        self._seq = seq = self._seq + 1
+        ix.add(rect, seq, _User(op_id, "read_write", None, rect, [rect], seq))
+        self._users[uid, f] = {"w": ix}
+
     def _prune(self, classes: dict[Any, RectIndex], written: Rect, found: list) -> None:
         """Subtract ``written`` from the remainders of the users it overlaps
         (``found``: ``(class, index, hits)``); drop those with nothing left
@@ -356,7 +381,10 @@ class DependenceAnalyzer:
         """Forget operations that have *finished running*: nothing later needs
         to wait for them. Returns how many user entries were dropped."""
         done = set(op_ids)
-        dropped = 0
+        gone_sole = [k for k, (op, _) in self._sole.items() if op in done]
+        for k in gone_sole:
+            del self._sole[k]
+        dropped = len(gone_sole)
         for key, classes in list(self._users.items()):
             for k, ix in list(classes.items()):
                 gone = [(kk, u) for kk, u in ix.items() if u.op in done]
@@ -373,6 +401,9 @@ class DependenceAnalyzer:
     def users(self, root_uid: int, field: str) -> list[tuple[int, str, Rect]]:
         """Current users of one (root region uid, field): ``(op, mode, rect)``,
         in the order they were registered."""
+        got = self._sole.pop((root_uid, field), None)
+        if got is not None:
+            self._install_sole(root_uid, field, *got)
         classes = self._users.get((root_uid, field), {})
         us = sorted((u for ix in classes.values() for _, u in ix.items()), key=lambda u: u.seq)
         return [(u.op, u.mode, u.rect) for u in us]
@@ -380,12 +411,13 @@ class DependenceAnalyzer:
     @property
     def num_users(self) -> int:
         """Total current users over every (region, field): the analysis state size."""
-        return sum(ix.size for cl in self._users.values() for ix in cl.values())
+        return len(self._sole) + sum(ix.size for cl in self._users.values()
+                                     for ix in cl.values())
 
     def max_users(self) -> int:
         """Largest current-user list of any (region, field)."""
         return max((sum(ix.size for ix in cl.values()) for cl in self._users.values()),
-                   default=0)
+                   default=1 if self._sole else 0)
 
 
 def _uncover(u: _User, written: Rect) -> bool:

@@ -29,6 +29,7 @@ from .futures import Future, FutureMap
 from .launch import LaunchOptions, TaskFunction, task
 
 __all__ = ["task", "index_launch", "fill", "fence", "runtime", "get_runtime", "init", "shutdown",
+           "trace", "begin_trace", "end_trace",
            "Future", "FutureMap", "Device", "LaunchOptions", "TaskFunction", "Runtime", "HOST"]
 
 _runtime: Runtime | None = None
@@ -71,6 +72,29 @@ def index_launch(task: TaskFunction, colors: Any, *args: Any,
 def fill(region: Any, field: str, value: Any) -> None:
     """Set ``field`` of ``region`` to ``value`` (lazy: no data moves)."""
     get_runtime().fill(region, field, value)
+
+
+def trace(name: str, strict: bool = False, order: Any = None) -> Any:
+    """``with lp.trace("step"): ...``: record the block's launches the first
+    time, replay them afterwards without dependence analysis, coherence
+    queries or mapper calls (runtime/tracing.py). ``strict=True`` raises
+    TraceMismatchError when a replayed block differs from its recording
+    (default: the rest runs untraced and the trace is recorded again).
+    ``order(records)`` may return ``{queue: [record ids]}``, the order each
+    device and link replays its ops in (default: the recorded run's order)."""
+    from .tracing import traced
+
+    return traced(get_runtime(), name, strict=strict, order=order)
+
+
+def begin_trace(name: str, strict: bool = False) -> None:
+    """Legion's spelling of ``with lp.trace(name):`` (start)."""
+    get_runtime().begin_trace(name, strict=strict)
+
+
+def end_trace(name: str) -> None:
+    """Legion's spelling of ``with lp.trace(name):`` (end)."""
+    get_runtime().end_trace(name)
 
 
 def fence(timeout: float | None = None) -> None:

@@ -320,6 +320,30 @@ class FieldState:
     def __repr__(self) -> str:
         return f"FieldState({self.pieces!r})"
 
+    def signature(self) -> tuple:
+        """The state without producer ids: per piece (rect, valid memories,
+        fill, redop, pending buffers, owner), and the open buffers. Two
+        states with the same signature need the same copies, prologues and
+        buffers for any access; a trace replays only where it holds
+        (runtime/tracing.py)."""
+        return (tuple((p.rect, tuple(sorted(p.valid)), p.fill, p.redop,
+                       tuple((r.memory, r.buffer) for r in p.reds), p.owner)
+                      for p in self.pieces),
+                tuple(sorted(self._open.items())))
+
+    def relabel(self, producer: int) -> FieldState:
+        """This state with every producer id (valid data, pending reductions)
+        replaced by ``producer``: what a trace replay installs, naming its
+        end marker, which finishes after every op the replay ran."""
+        pieces = []
+        for p in self.pieces:
+            valid = dict.fromkeys(p.valid, producer)
+            reds = tuple(Red(r.memory, r.buffer, (producer,)) for r in p.reds)
+            pieces.append(Piece(p.rect, valid, p.fill, p.redop, reds, p.owner))
+        out = FieldState(pieces)
+        out._open = dict(self._open)
+        return out
+
     def __iter__(self) -> Iterator[Piece]:
         return iter(self.pieces)
 

@@ -41,21 +41,24 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import LaunchError, MappingError, PrivilegeError, RegionError, TaskError
+from ..errors import LaunchError, MappingError, RegionError, TaskError
 from ..regions import WD, DependenceAnalyzer, Partition, Region, RegionRequirement, Subregion
+from .body import PointBody
 from .coherence import HOST, FieldState, Request
 from .devices import Device, limit_blas, machine_devices, queue_name
 from .futures import Future, FutureMap
-from .instances import Instances, RegionView
+from .instances import Instances
 from .launch import LaunchOptions, TaskFunction
 from .mpi import launched_under_mpi
 from .replication import describe_args
 from .scheduler import DONE, Op, Scheduler, SerialExecutor, ThreadExecutor
 from .trace import Trace
+from .tracing import Tracer
 
 __all__ = ["Runtime"]
 
 _REGION_TYPES = (Region, Subregion)
+_TRACING = ("record", "replay")
 
 
 class Runtime:
@@ -106,6 +109,9 @@ class Runtime:
 
             self.instances.gpu_of = {d.id: ordinal(d) for d in self.local if d.kind == "gpu"}
         self.trace = Trace(self.t0, self.rank)
+        self.tracer = Tracer(self)
+        self._host_waits: list | None = None  # ids a host op waited for (while recording)
+        self._host_prologue: list = []
         if cl is not None and cl.size > 1:
             from .replication import Replicator
 
@@ -143,6 +149,22 @@ class Runtime:
         mapper.devices = list(self.devices)
         self.mapper = mapper
         self._default_map = type(mapper).map_task is Mapper.map_task
+        if hasattr(self, "tracer"):
+            self.tracer.invalidate()
+
+    def invalidate_traces(self) -> None:
+        """Forget every recorded trace: the mapper's decisions or a strategy
+        changed, so the next use of each trace records it again."""
+        self.tracer.invalidate()
+
+    # -- tracing (tracing.py) -----------------------------------------------------------
+    def begin_trace(self, name: str, strict: bool = False, order: Any = None) -> None:
+        """Start trace ``name``: replay its recording when it applies, else record."""
+        self.tracer.begin(name, strict=strict, order=order)
+
+    def end_trace(self, name: str) -> None:
+        """End trace ``name`` (recording kept; replay summarised)."""
+        self.tracer.end(name)
 
     def _new_id(self) -> int:
         i = self._next_id
@@ -153,6 +175,18 @@ class Runtime:
     def launch(self, task: TaskFunction, args: tuple, kwargs: dict,
                options: LaunchOptions) -> Future:
         """Launch one task; see ``TaskFunction.__call__``."""
+        if self.tracer.mode in _TRACING:
+            return self.tracer.launch(task, None, args, kwargs, options)
+        return self._launch(task, args, kwargs, options)
+
+    def _untraced_launch(self, task: TaskFunction, colors: Any, args: tuple, kwargs: dict,
+                         options: LaunchOptions) -> Any:
+        if colors is None:
+            return self._launch(task, args, kwargs, options)
+        return self._index_launch(task, colors, args, kwargs, options)
+
+    def _launch(self, task: TaskFunction, args: tuple, kwargs: dict,
+                options: LaunchOptions) -> Future:
         op_id = self._next_id
         self._next_id = op_id + 1
         seq = self._seq
@@ -261,33 +295,8 @@ class Runtime:
             from .gpu import on_device
 
             fn = on_device(fn, dev)
-
-        def body(op: Op) -> Any:
-            a = list(args)
-            kw = kwargs
-            if prologues:
-                run = self.instances.run_prologue
-                for root, f, acts in prologues:
-                    run(acts, root, f)
-            if views:
-                for pos, build, vargs in views:
-                    a[pos] = build(*vargs)
-            if fut_pos:
-                kw = dict(kwargs)
-                for p in fut_pos:
-                    if isinstance(p, int):
-                        a[p] = a[p]._op.result
-                    else:
-                        kw[p] = kw[p]._op.result
-            try:
-                return fn(*a, **kw)
-            except ValueError as exc:
-                if "read-only" in str(exc):
-                    raise PrivilegeError(
-                        f"task {name!r}{'' if point is None else f' point {point}'} wrote to a "
-                        f"read-only array ({exc}); it holds {_privs_text(rargs)}; declare RW or "
-                        "WD for fields it writes") from exc
-                raise
+        body = PointBody(fn, name, point, args, kwargs, rargs, prologues, views, fut_pos,
+                         self.instances)
 
         op = Op(op_id, options.kind, name, dev.id, body, point, index, options.tag)
         op.rank = dev.rank
@@ -307,8 +316,8 @@ class Runtime:
     def _analyze(self, op_id: int, reqs: list, rargs: list, dev: Device, mems: Any,
                  dep_ops: list, task: TaskFunction) -> tuple[list, list, set]:
         """Dependences + coherence of one point; appends the unfinished ones to
-        ``dep_ops``; returns (views: ``(pos, builder, builder args)``,
-        prologues, all dependence ids)."""
+        ``dep_ops``; returns (views: ``(pos, region, fieldspecs)`` for
+        body.build_view, prologues, all dependence ids)."""
         deps = set(self.analyzer.analyze(op_id, reqs))
         if mems is not None:
             if len(mems) != len(reqs) or any(not -1 <= m < len(self.devices) for m in mems):
@@ -323,6 +332,7 @@ class Runtime:
         states = self.states
         inst = self.instances
         new_id = self._new_id
+        tr = self.tracer if self.tracer.mode == "record" else None
         for pos, region, pset in rargs:
             fieldspecs = []
             rect = region.rect
@@ -336,6 +346,8 @@ class Runtime:
                 mode, redop = priv.mode, priv.redop
                 for f in req.fields:
                     key = (uid, f)
+                    if tr is not None:
+                        tr.touch(key, root)
                     st = states.get(key)
                     if st is None:
                         st = self._new_state(root, f)
@@ -358,7 +370,7 @@ class Runtime:
                         prologues.append((root, f, plan.prologue))
                     fieldspecs.append((f, mem, mode, buf))
                 k += 1
-            views.append((pos, _build_view, (inst, region, fieldspecs)))
+            views.append((pos, region, fieldspecs))
         live = self._live
         for d in deps:
             o = live.get(d)
@@ -419,6 +431,12 @@ class Runtime:
     # -- index launches -------------------------------------------------------------
     def index_launch(self, task: TaskFunction, colors: Any, args: tuple, kwargs: dict,
                      options: LaunchOptions) -> FutureMap:
+        if self.tracer.mode in _TRACING:
+            return self.tracer.launch(task, colors, args, kwargs, options)
+        return self._index_launch(task, colors, args, kwargs, options)
+
+    def _index_launch(self, task: TaskFunction, colors: Any, args: tuple, kwargs: dict,
+                      options: LaunchOptions) -> FutureMap:
         from ..mapper import MapperTask
         from .checks import check_index_interference
 
@@ -499,6 +517,41 @@ class Runtime:
         root = region.root
         root.fields.resolve((field,), where=region.name)
         value = np.asarray(value, dtype=root.fields[field])[()]
+        if self.tracer.mode in _TRACING:
+            return self.tracer.host_op("fill", region, field, value)
+        return self._fill(region, field, value)
+
+    def _untraced_host_op(self, kind: str, region: Any, field: str, value: Any) -> Any:
+        if kind == "fill":
+            return self._fill(region, field, value)
+        if kind == "write":
+            return self._write_region(region, field, value)
+        return self._read_region(region, field)
+
+    def _replay_host_op(self, kind: str, region: Any, field: str, value: Any, waits: list,
+                        prologue: list) -> Any:
+        """A recorded fill, write or read, replayed after the ops in ``waits``."""
+        if kind == "fill":
+            return None
+        for o in waits:
+            self.sched.wait(o)
+            if o.state != DONE:
+                raise o.error
+        root, rect = region.root, region.rect
+        host = self.instances.instance(HOST, root, field)
+        if kind == "write":
+            host[rect.to_slices()] = self._checked_array(region, field, value)
+            return None
+        self.instances.run_prologue(prologue, root, field)
+        return host[rect.to_slices()].copy()
+
+    def _touch(self, region: Any, field: str) -> None:
+        if self.tracer.mode == "record":
+            self.tracer.touch((region.root.uid, field), region.root)
+
+    def _fill(self, region: Any, field: str, value: Any) -> None:
+        root = region.root
+        self._touch(region, field)
         if self.repl is not None:
             self.repl.note(f"fill R{root.uid}{region.rect.lo}{region.rect.hi}.{field}={value}")
         op_id = self._new_id()
@@ -513,12 +566,23 @@ class Runtime:
 
     def write_region(self, region: Any, field: str, array: Any) -> None:
         """Replace ``field`` over ``region``'s rect with ``array`` (waits for users)."""
-        root, rect = region.root, region.rect
-        root.fields.resolve((field,), where=region.name)
+        region.root.fields.resolve((field,), where=region.name)
+        arr = self._checked_array(region, field, array)
+        if self.tracer.mode in _TRACING:
+            return self.tracer.host_op("write", region, field, arr)
+        return self._write_region(region, field, arr)
+
+    @staticmethod
+    def _checked_array(region: Any, field: str, array: Any) -> np.ndarray:
         arr = np.asarray(array)
-        if arr.shape != rect.shape:
+        if arr.shape != region.rect.shape:
             raise RegionError(f"write of {region.name}.{field}: array shape {arr.shape} differs "
-                              f"from the region's shape {rect.shape}")
+                              f"from the region's shape {region.rect.shape}")
+        return arr
+
+    def _write_region(self, region: Any, field: str, arr: np.ndarray) -> None:
+        root, rect = region.root, region.rect
+        self._touch(region, field)
         if self.repl is not None:
             self.repl.note(f"write R{root.uid}{rect.lo}{rect.hi}.{field} {arr.dtype}")
         op_id = self._new_id()
@@ -531,10 +595,16 @@ class Runtime:
 
     def read_region(self, region: Any, field: str) -> np.ndarray:
         """A numpy copy of ``field`` over ``region``'s rect (waits for writers)."""
+        region.root.fields.resolve((field,), where=region.name)
+        if self.tracer.mode in _TRACING:
+            return self.tracer.host_op("read", region, field)
+        return self._read_region(region, field)
+
+    def _read_region(self, region: Any, field: str) -> np.ndarray:
         from ..regions import R
 
         root, rect = region.root, region.rect
-        root.fields.resolve((field,), where=region.name)
+        self._touch(region, field)
         if self.repl is not None:
             self.repl.note(f"read R{root.uid}{rect.lo}{rect.hi}.{field}")
         op_id = self._new_id()
@@ -546,10 +616,13 @@ class Runtime:
         for c in plan.copies:
             self._submit_copy(c, root, field)
         self._wait_ids(deps | plan.deps)
+        self._host_prologue = plan.prologue
         self.instances.run_prologue(plan.prologue, root, field)
         return host[rect.to_slices()].copy()
 
     def _wait_ids(self, ids: Any) -> None:
+        if self._host_waits is not None:
+            self._host_waits.extend(ids)
         for d in sorted(ids):
             o = self._live.get(d)
             if o is not None:
@@ -560,7 +633,11 @@ class Runtime:
 
     def fence(self, timeout: float | None = None) -> None:
         """Wait for every launched op; raise the first failure (TaskError).
-        Under MPI first compare the launches of every rank (RankMismatchError)."""
+        Under MPI first compare the launches of every rank (RankMismatchError).
+        Not inside a trace that records or replays (LaunchError)."""
+        if self.tracer.mode in _TRACING:
+            raise LaunchError(f"fence inside trace {self.tracer.name!r}: a traced block must "
+                              "not fence; wait on a Future or fence after end_trace")
         if self.repl is not None:
             self.repl.check_launches()
         self.sched.wait(None, timeout)
@@ -592,7 +669,9 @@ class Runtime:
 
     def _on_done(self, op: Op) -> None:
         if op.state == DONE:
-            self._live.pop(op.id, None)
+            live = self._live
+            if live.get(op.id) is op:  # a trace's end marker id is reused by every replay
+                del live[op.id]
         else:
             self._failures.append(op)
             if self.repl is not None and not isinstance(op.error.__cause__, TaskError):
@@ -657,29 +736,6 @@ class Runtime:
         self.sched.executor.close()
         if self.executor == "threads":
             limit_blas(None)
-
-
-def _build_view(inst: Instances, region: Any, fieldspecs: list) -> RegionView:
-    """The RegionView a point task body receives for one region argument
-    (run on the worker, when the task starts)."""
-    root, rect = region.root, region.rect
-    sl = rect.to_slices()
-    arrays = {}
-    instance = inst.instance
-    for f, mem, mode, buf in fieldspecs:
-        if buf is not None:  # (buffer key, redop): accumulate into mem's buffer
-            arrays[f] = inst.reduction_view(buf[0], rect, buf[1], root.fields[f], mem)
-            continue
-        a = instance(mem, root, f)[sl]
-        if mode == "read" and type(a) is np.ndarray:
-            a = a.view()
-            a.flags.writeable = False
-        arrays[f] = a
-    return RegionView(region, rect, arrays)
-
-
-def _privs_text(rargs: Any) -> str:
-    return ", ".join(f"{ps!r} on {r.name}" for _, r, ps in rargs or ())
 
 
 def _log(msg: str) -> None:

@@ -108,11 +108,17 @@ class Scheduler:
         self.on_done = on_done  # trace / debug hook, called after each op
         self.interrupt: BaseException | None = None  # set by the MPI watchdog: waits raise it
         self.fetch: Callable[[list[Op], float | None], None] | None = None  # remote results
+        #: set while a trace is recorded (runtime/tracing.py): ``recorder(op, deps)``
+        #: sees every submitted op with the ops it was made to wait for
+        self.recorder: Callable[[Op, list], None] | None = None
         self.executor: Executor = SerialExecutor(self)
 
     # -- submission (launching thread) ------------------------------------------
     def submit(self, op: Op, deps: Iterable[Op]) -> None:
         """Register ``op`` after ``deps`` (ops not yet finished, or failed)."""
+        if self.recorder is not None:
+            deps = list(deps)
+            self.recorder(op, deps)
         failed = None
         n = 0
         with self.lock:
@@ -133,11 +139,15 @@ class Scheduler:
         self._release([op])
 
     def _release(self, ready: list[Op]) -> None:
-        """Hand newly ready ops to the executor; skip failed and untimed ones."""
+        """Hand newly ready ops to the executor; skip failed and untimed ones.
+        An op with no queue but a body (a trace replay's begin marker, which
+        resets reduction buffers) runs inline, in the releasing thread."""
         while ready:
             later: list[Op] = []
             for op in ready:
-                if op.error is not None or op.queue is None:
+                if op.queue is None and op.fn is not None and op.error is None:
+                    self.run(op)
+                elif op.error is not None or op.queue is None:
                     later.extend(self._finish(op, None, op.error))
                 else:
                     self.executor.dispatch(op)
