@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--strategies", default=",".join(STRATEGIES))
-    p.add_argument("--steps", type=int, default=7)
+    p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--cost", default="contended",
                    help="contended (default: tile kernels timed with the other devices "

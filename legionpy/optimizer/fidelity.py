@@ -48,7 +48,7 @@ stretched by the measured slowdown of a GEMM / a memory-bound stream run on
 every device at once (interpolated by arithmetic intensity), unless the
 cost model is ``"contended"`` (kernels profiled with the other devices
 busy). The figures are cached per machine in
-``$LEGIONPY_CACHE/overhead-v3-MACHINE.json``.
+``$LEGIONPY_CACHE/overhead-v4-MACHINE.json``.
 
 :func:`kendall_tau` is Kendall's tau-b (ties handled), for the rank order
 of strategies in ``bench/fidelity.py``.
