@@ -10,9 +10,10 @@ returns a plain dict (what ``--json`` prints):
 ``{"model", "strategy", "steps", "batch_size", "devices", "ranks",
 "parameters", "first_loss", "final_loss", "losses", "samples_per_s",
 "seconds", "measured_iteration_s", "background_cores"}``;
-``samples_per_s`` and ``measured_iteration_s`` (seconds per step) count the
-steps after the first (which pays for first-touch allocation), or all of them
-when there is one step;
+``samples_per_s`` counts the steps after the first (which pays for first-touch
+allocation), or all of them when there is one step; ``measured_iteration_s``
+is the steady-state seconds per step (after the first three: the traced loop
+records its first two);
 ``background_cores``: the cores other programs kept busy meanwhile
 (:func:`legionpy.optimizer.calibration.background_cores`).
 
@@ -95,8 +96,11 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     start = model.step
     losses: list[float] = []
 
+    stamps: list[float] = []  # when each step's loss arrived
+
     def on_step(step: int, logs: dict) -> None:
         losses.append(float(logs.get("loss", 0.0)))
+        stamps.append(time.perf_counter())
         if log is not None:
             log(start + len(losses) - 1, losses[-1])
 
@@ -124,7 +128,13 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     ran = len(losses)
     timed, span = (ran - 1, end - t1) if start == 0 and ran > 1 else (ran, end - t0)
     rt = lr.get_runtime()
-    sim = predict(model, span / max(timed, 1), bg) if predict is not None else {}
+    # the steady state: the period of the steps after the first three (the first
+    # touches memory, the traced loop records its first two steps), as
+    # measure_runtime times it; all of them when the run is shorter
+    k = 3 if len(stamps) > 5 else 0
+    steady = ((stamps[-1] - stamps[k]) / (len(stamps) - 1 - k) if len(stamps) > k + 1
+              else span / max(timed, 1))
+    sim = predict(model, steady, bg) if predict is not None else {}
     return {**sim, "model": name, "strategy": strategy if isinstance(strategy, str) else "given",
             "steps": steps, "batch_size": b, "devices": len(rt.devices),
             "ranks": 1 + max(d.rank for d in rt.devices), "parameters": model.num_parameters(),
@@ -132,7 +142,7 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
             "first_loss": losses[0] if losses else None,
             "final_loss": losses[-1] if losses else None, "losses": losses,
             "samples_per_s": timed * b / max(span, 1e-9), "seconds": end - t0,
-            "measured_iteration_s": span / max(timed, 1), "background_cores": bg}
+            "measured_iteration_s": steady, "background_cores": bg}
 
 
 def add_train_arguments(p: Any, steps: int = 30) -> None:
