@@ -142,7 +142,13 @@ def main(argv: list[str] | None = None) -> int:
         _report(where, f"internal error: {type(exc).__name__}: {exc} (a bug in legionpy; "
                        "run again with LEGIONPY_DEBUG=1 for the traceback and report it)", exc)
         return 1
-    _emit(result, args.json)
+    try:
+        _emit(result, args.json)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `legionpy ... | head`: the reader left; not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     code = result.get("exit_status", 0)
     return int(code)
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from typing import Any
 
 from ..cli import command
@@ -159,6 +160,27 @@ def compare(sim: list[dict], real: list[dict]) -> dict:
                      for r in rows}}
 
 
+_TASK = re.compile(r"^([FBU])(?::|\()([^\[\)]+)")
+
+
+def iterations(sim: list[dict], real: list[dict]) -> float | None:
+    """How many iterations ``real`` covers per iteration of ``sim``: the
+    median over the compute tasks both name (``F:conv1[0]`` / ``F(conv1)``)
+    of real count / simulated count; None when they share no task."""
+    def counts(tasks: list[dict]) -> dict[tuple[str, str], int]:
+        out: dict[tuple[str, str], int] = {}
+        for t in tasks:
+            m = _TASK.match(t["name"])
+            if m and t["kind"] == "compute":
+                k = (m.group(1), m.group(2))
+                out[k] = out.get(k, 0) + 1
+        return out
+
+    cs, cr = counts(sim), counts(real)
+    ratios = sorted(cr[k] / cs[k] for k in cs.keys() & cr.keys())
+    return ratios[len(ratios) // 2] if ratios else None
+
+
 def plot_timelines(sim: list[dict], real: list[dict], path: str,
                    labels: tuple[str, str] = ("sim", "real")) -> None:
     """PNG: one band per row (device or link), its simulated tasks above its
@@ -228,6 +250,15 @@ def _compare_traces(args) -> dict:
     sim = load_timeline(args.sim)
     real = load_timeline(args.real, args.window)
     out = compare(sim, real)
+    its = iterations(sim, real)
+    out["real_iterations"] = its
+    warn = None
+    if its is not None and round(its) != 1:
+        warn = (f"warning: the real trace covers {its:g} iterations and the simulated one 1, so "
+                "the makespans are not comparable: pass --window START_MS:END_MS to keep one "
+                "iteration of the real trace")
+        print(f"legionpy compare-traces: {warn}", file=sys.stderr)
+        out["warning"] = warn
     if args.png:
         plot_timelines(sim, real, args.png)
         out["png"] = args.png

@@ -84,8 +84,22 @@ def _profile(args) -> dict:
         names += [n for n in ("data", "model", "owt") if n not in names]
     strategies = [Strategy.resolve(n, g, machine) for n in names]
     cm = MeasuredCostModel.local(args.cache)
+    from ..progress import bar
+
     t0 = time.perf_counter()
-    table = profile_model(g, machine, strategies, cm)
+    pbar = bar(args.json, desc=f"profile {args.model}", unit="tile", leave=False)
+
+    def progress(i: int, n: int, op: str) -> None:
+        if pbar is not None:
+            pbar.total = n
+            pbar.set_postfix_str(op, refresh=False)
+            pbar.update(i - pbar.n)
+
+    try:
+        table = profile_model(g, machine, strategies, cm, progress=progress)
+    finally:
+        if pbar is not None:
+            pbar.close()
     took = time.perf_counter() - t0
     kinds = sorted({d.kind for d in machine.devices})
     out = {"model": args.model, "machine": machine.name, "device_kinds": kinds,

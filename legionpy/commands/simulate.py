@@ -110,8 +110,13 @@ def _simulate(args) -> dict:
     from ..optimizer.costmodel import cost_model_from_spec
 
     args.cost = args.cost or "analytic"
-    sim = Simulator(graph, machine, cost_model_from_spec(args.cost, len(machine.devices)))
-    result = sim.run(strategy)
+    from ..progress import Stages
+
+    with Stages(["task graph", "schedule"], f"simulate {args.model}", args.json) as stages:
+        sim = Simulator(graph, machine, cost_model_from_spec(args.cost, len(machine.devices)))
+        sim.on_stage = stages
+        result = sim.run(strategy)
+        sim.on_stage = None
     out = result.to_dict()
     out.update({"model": args.model, "machine": machine.name, "strategy": str(args.strategy),
                 "cost_model": args.cost})

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import progress
 from ..errors import ModelError, StrategyError
 from ..optimizer import Graph, Machine, Strategy
 from .data import DataLoader, shard
@@ -269,10 +270,10 @@ class Model:
             for e in range(epochs):
                 loader.epoch, loader.skip = self._epoch, self._batch
                 bar = None
-                if verbose and _show_progress():
-                    from tqdm.auto import tqdm
-                    bar = tqdm(total=(len(loader) - self._batch) * self.batch_size,
-                               unit="sample", desc=f"epoch {e + 1}/{epochs}", leave=True)
+                if verbose:
+                    bar = progress.bar(total=(len(loader) - self._batch) * self.batch_size,
+                                       unit="sample", desc=f"epoch {e + 1}/{epochs}",
+                                       leave=True)
                 sums, seen, t0 = self._fit_epoch(ex, loader, bar, hist, on_step, stop,
                                                  checkpoint, checkpoint_every)
                 means = self._means(sums, seen, t0)
@@ -421,13 +422,6 @@ class Model:
         from . import checkpoint
 
         checkpoint.load(self, path)
-
-
-def _show_progress() -> bool:
-    """Progress bars only for a person: stderr is a terminal."""
-    import sys
-
-    return bool(getattr(sys.stderr, "isatty", lambda: False)())
 
 
 def _delegate(name: str):

@@ -95,6 +95,9 @@ class Simulator:
         #: reschedule (only on an internal invariant failure; never expected)
         self.last_delta_pops = 0
         self._ws: tuple | None = None  # delta scratch space, per task slot
+        #: ``f(stage)`` before each stage of :meth:`run` ("task graph",
+        #: "schedule"): ``legionpy simulate`` draws them as a progress bar
+        self.on_stage = None
 
     @property
     def strategy(self):
@@ -108,7 +111,11 @@ class Simulator:
 
     def run(self, strategy) -> SimResult:
         """Full simulation (Algorithm 1): build the task graph, schedule it."""
+        if self.on_stage is not None:
+            self.on_stage("task graph")
         self.tg.build(strategy)
+        if self.on_stage is not None:
+            self.on_stage(f"schedule {int(self.tg.alive.sum()):,} tasks")
         n = K.full_sim(*self._args())
         alive = int(self.tg.alive.sum())
         if n != alive:

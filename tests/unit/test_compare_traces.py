@@ -63,3 +63,25 @@ def test_command_png_and_json(tmp_path, capsys):
     assert set(out["rows"]) >= {"dev 0", "dev 1"} and out["relative_error"] < 0
     assert main(["compare-traces", str(s), str(r)]) == 0
     assert "makespan" in capsys.readouterr().out
+
+
+def test_warns_when_the_real_trace_covers_several_iterations(tmp_path, capsys):
+    from legionpy.cli import main
+
+    def ev(name, ts, pid=0, tid=0):
+        return {"name": name, "cat": "compute", "ph": "X", "ts": ts, "dur": 10, "pid": pid,
+                "tid": tid, "args": {"device": 0}}
+
+    sim = {"traceEvents": [ev("F:fc[0]", 0), ev("B:fc[0]", 10)]}
+    real = {"traceEvents": [ev("F(fc)", 100 * i) for i in range(3)]
+            + [ev("B(fc)", 100 * i + 20) for i in range(3)]}
+    (tmp_path / "s.json").write_text(json.dumps(sim))
+    (tmp_path / "r.json").write_text(json.dumps(real))
+    assert main(["compare-traces", str(tmp_path / "s.json"), str(tmp_path / "r.json"),
+                 "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["real_iterations"] == 3
+    assert "covers 3 iterations" in err and "--window" in err
+    assert main(["compare-traces", str(tmp_path / "s.json"), str(tmp_path / "r.json"),
+                 "--window", "0:0.05"]) == 0
+    assert "warning" not in capsys.readouterr().err
