@@ -11,12 +11,25 @@ Prints simulations per second and the delta speed-up.
 
     python bench/simulator_speed.py            # full table
     python bench/simulator_speed.py --quick    # a few seconds
+    python bench/simulator_speed.py --scale    # full simulations from scratch at scale
+
+``--scale``: one full simulation from scratch (a new ``Simulator``: empty
+caches, as every fresh search, ``simulate`` call and mapper decision pays)
+of ResNet-101 data parallel on H100 machines from 64 to 1,024 GPUs (2 samples
+per GPU: batch 2,048 at 1,024) and Inception-v3 under a random strategy on
+64 GPUs, with the vectorised task-graph build and with the baseline (every
+block replayed through the coherence state machine), each in a subprocess
+with a time limit; seconds, peak RSS, tasks and the ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import resource
+import subprocess
+import sys
 import time
 
 from legionpy import models
@@ -86,11 +99,73 @@ def bench(name: str, n: int, n_props: int, seed: int = 0) -> dict:
     }
 
 
+def from_scratch(model: str, spec: str, batch: int, strategy: str, vectorised: bool) -> dict:
+    """One full simulation in a fresh Simulator (run in a subprocess)."""
+    from legionpy.optimizer.search.space import ConfigSpace
+
+    graph = models.build(model, batch_size=batch).graph
+    machine = Machine.parse(spec)
+    if strategy == "data":
+        s = Strategy.data_parallel(graph, machine)
+    else:
+        s = ConfigSpace().random_strategy(graph, machine, random.Random(0))
+    # numba kernels compiled and loaded outside the timing (a one-off per process)
+    g0 = models.lenet(batch_size=8).graph
+    m0 = Machine.parse("p100:1x2")
+    Simulator(g0, m0).run(Strategy.data_parallel(g0, m0))
+    t = time.perf_counter()
+    sim = Simulator(graph, machine)
+    sim.tg.vectorised = vectorised
+    r = sim.run(s)
+    dt = time.perf_counter() - t
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"s": dt, "rss": rss, "tasks": r.num_tasks, "iter_ms": r.iteration_time_s * 1e3}
+
+
+SCALE_CASES = [("resnet101", "h100:8x8", 128, "data"), ("resnet101", "h100:16x8", 256, "data"),
+               ("resnet101", "h100:32x8", 512, "data"),
+               ("resnet101", "h100:128x8", 2048, "data"),
+               ("inception_v3", "p100:16x4", 64, "random")]
+
+
+def scale(limit_s: float) -> None:
+    print(f"{'model':<13}{'machine':>12}{'batch':>6}{'strategy':>9}{'tasks':>10}"
+          f"{'new s':>8}{'new MB':>8}{'base s':>9}{'base MB':>9}{'ratio':>7}")
+    for model, spec, batch, strat in SCALE_CASES:
+        out = {}
+        for vec in (True, False):
+            code = (f"import json,sys; sys.path.insert(0, 'bench'); import simulator_speed as b;"
+                    f"print(json.dumps(b.from_scratch({model!r}, {spec!r}, {batch}, "
+                    f"{strat!r}, {vec})))")
+            try:
+                p = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                   text=True, timeout=limit_s)
+                out[vec] = json.loads(p.stdout.strip().splitlines()[-1])
+            except (subprocess.TimeoutExpired, IndexError, json.JSONDecodeError):
+                out[vec] = None
+        new, base = out[True], out[False]
+
+        def f(r, k, scale=1.0, w=8):
+            return f"{r[k] * scale:>{w}.2f}" if r else f"{'>' + str(int(limit_s)):>{w}}"
+        tasks = (new or base or {}).get("tasks", 0)
+        ratio = f"{base['s'] / new['s']:>7.1f}" if new and base else f"{'-':>7}"
+        print(f"{model:<13}{spec:>12}{batch:>6}{strat:>9}{tasks:>10}{f(new, 's')}"
+              f"{f(new, 'rss', 1e-6)}{f(base, 's', w=9)}{f(base, 'rss', 1e-6, 9)}{ratio}",
+              flush=True)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="AlexNet and Inception, 4/16 GPUs")
     ap.add_argument("--proposals", type=int, default=None)
+    ap.add_argument("--scale", action="store_true",
+                    help="full simulations from scratch at 64 to 1,024 GPUs")
+    ap.add_argument("--limit", type=float, default=300.0,
+                    help="seconds per simulation under --scale (default 300)")
     args = ap.parse_args(argv)
+    if args.scale:
+        scale(args.limit)
+        return
     names = ["alexnet", "inception_v3"] if args.quick else list(MODELS)
     sizes = [4, 16] if args.quick else [4, 16, 64]
     n_props = args.proposals or (10 if args.quick else 30)

@@ -35,7 +35,7 @@ def command(name: str, help: str):
 
 
 def _emit(result: dict, as_json: bool) -> None:
-    if result.get("quiet"):  # e.g. a non-root MPI rank: rank 0 prints
+    if result.get("quiet") or _env_rank() != 0:  # under mpirun rank 0 prints the one report
         return
     if as_json:
         payload = {k: v for k, v in result.items() if k != "text"}
@@ -45,6 +45,18 @@ def _emit(result: dict, as_json: bool) -> None:
         text = result.get("text")
         if text:
             print(text)
+
+
+def _env_rank() -> int:
+    """This process's MPI rank from the launcher's variables (0 outside MPI)."""
+    import os
+
+    from .progress import RANK_VARS
+
+    for v in RANK_VARS:
+        if os.environ.get(v, "").isdigit():
+            return int(os.environ[v])
+    return 0
 
 
 def _json_default(obj):
@@ -128,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = fn(args)
     except KeyboardInterrupt as exc:  # legionpy.errors.Interrupted says what was saved
-        _report(where, f"interrupted (Ctrl-C){': ' + str(exc) if str(exc) else ''}", None)
+        if _env_rank() == 0:  # under mpirun every rank stops at the same step: say it once
+            _report(where, f"interrupted (Ctrl-C){': ' + str(exc) if str(exc) else ''}", None)
         return INTERRUPTED
     except LegionpyError as exc:
         _report(where, f"error: {exc}", exc)

@@ -21,6 +21,7 @@ False
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -98,6 +99,10 @@ def deferred_interrupt(what: str) -> Iterator[StopFlag]:
             signal.signal(signal.SIGINT, old)
             raise KeyboardInterrupt
         flag.requested = True
+        from .progress import RANK_VARS
+
+        if any(os.environ.get(v, "0") != "0" for v in RANK_VARS):
+            return  # rank 0 says it for the job
         print(f"\nlegionpy: Ctrl-C: {what} stops after this step (Ctrl-C again to stop now)",
               file=sys.stderr, flush=True)
 

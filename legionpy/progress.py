@@ -13,14 +13,14 @@ from typing import Any
 
 __all__ = ["enabled", "bar", "Stages"]
 
-_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 
 
 def enabled(as_json: bool = False) -> bool:
     """Whether to draw bars: not ``--json``, stderr a terminal, MPI rank 0."""
     if as_json or not getattr(sys.stderr, "isatty", lambda: False)():
         return False
-    return all(os.environ.get(v, "0") == "0" for v in _RANK_VARS)
+    return all(os.environ.get(v, "0") == "0" for v in RANK_VARS)
 
 
 def bar(as_json: bool = False, **kwargs: Any) -> Any:

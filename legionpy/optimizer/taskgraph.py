@@ -192,6 +192,10 @@ class TaskGraph:
         #: replay forward reads (no fills, no reductions) with :meth:`_fast_reads`
         #: instead of FieldState; tests/unit/test_taskgraph.py checks both agree
         self.fast_reads = True
+        #: build replicated-parameter and aligned-tensor blocks in arrays
+        #: (:mod:`.replicated`); False: replay them like any other block
+        #: (the baseline of bench/simulator_speed.py)
+        self.vectorised = True
         self.fslot = np.full((len(ops), MAXT), -1, np.int64)
         self.bslot = np.full((len(ops), MAXT), -1, np.int64)
         self.live_tasks: dict = {}  # block id -> slots
@@ -472,7 +476,7 @@ class TaskGraph:
         item = prod.itemsize
         tiles = self.tiles(p, cp.degrees)
         cons = list(zip(self.cons_ops[p], cfgs[1:]))
-        if self.fast_reads:
+        if self.fast_reads and self.vectorised:
             blk = self._aligned_tensor_block(p, cp, cons, tiles)
             if blk is not None:
                 return blk
@@ -581,7 +585,7 @@ class TaskGraph:
             updates.append((pack_key(L, 0, t), self.cost.update_time(
                 param, r, self.machine.devices[home]), home, UPDATE, nb, home,
                 (2 + self.optimizer_slots) * nb, -1))
-        if self.fast_reads and len(wtiles) == 1:
+        if self.fast_reads and self.vectorised and len(wtiles) == 1:
             whole = wtiles[0].rect
             los = [r.lo for r, _ in points]
             if (all(x[0] == whole for x in reads) and all(x[0] == whole for x in reducers)

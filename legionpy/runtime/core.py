@@ -133,7 +133,7 @@ class Runtime:
         self._trace_path = trace if trace is not None else os.environ.get("LEGIONPY_TRACE")
         if self._trace_path:
             self.trace.start()
-            atexit.register(self._write_trace)
+            atexit.register(self._write_trace, at_exit=True)
         self.closed = False
         if self.repl is None:  # under MPI report_failure already ends the job
             ref = weakref.ref(self)
@@ -690,9 +690,25 @@ class Runtime:
                      f"{(op.end - op.start) * 1e6:.1f} us, {op.bytes} bytes"
                      f"{'' if op.state == DONE else ' FAILED'}")
 
-    def _write_trace(self) -> None:
-        if self._trace_path and len(self.trace):
-            self.trace.save(self._trace_path)
+    def _write_trace(self, at_exit: bool = False) -> None:
+        """Write ``LEGIONPY_TRACE``; under MPI rank 0 writes one file with
+        every rank's records (``pid`` = rank), gathered at shutdown."""
+        if not self._trace_path:
+            return
+        if self.repl is None:
+            if len(self.trace):
+                self.trace.save(self._trace_path)
+            return
+        if at_exit and not self.closed:  # _exit_fence's shutdown writes it, after the fence
+            return
+        if getattr(self, "_trace_gathered", False):
+            return
+        self._trace_gathered = True
+        parts = self.repl.cl.coll.gather(self.trace.to_chrome()["traceEvents"], root=0)
+        if self.rank == 0 and any(parts):
+            from .trace import write_merged
+
+            write_merged(self._trace_path, parts)
 
     def _exit_check(self) -> None:
         """At interpreter exit: wait for the launched tasks; a failure that no

@@ -108,6 +108,15 @@ class Trace:
         atomic_write_json(path, self.to_chrome(), default=_jsonable)
 
 
+def write_merged(path: str | os.PathLike, parts: list[list[dict]]) -> None:
+    """One Chrome trace of every rank's events (``parts[rank]``), each rank a
+    process named ``rank N`` (an ``mpirun`` job's ``LEGIONPY_TRACE``)."""
+    events = [e for part in parts for e in part]
+    events += [{"name": "process_name", "ph": "M", "pid": r, "args": {"name": f"rank {r}"}}
+               for r in range(len(parts))]
+    atomic_write_json(path, {"traceEvents": events, "displayTimeUnit": "ms"}, default=_jsonable)
+
+
 def _jsonable(v: Any) -> Any:
     if isinstance(v, tuple):
         return list(v)

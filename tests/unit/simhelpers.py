@@ -6,7 +6,15 @@ import itertools
 import math
 import random
 
-from legionpy.optimizer import Graph, ParallelConfig
+from legionpy.optimizer import Graph, Machine, ParallelConfig
+
+
+def with_memory(machine: Machine, nbytes: float) -> Machine:
+    """``machine`` with every device's memory set to ``nbytes``."""
+    d = machine.to_dict()
+    for dev in d["devices"]:
+        dev["memory"] = nbytes
+    return Machine.from_dict(d)
 
 
 def random_graph(seed: int, n_ops: int = 8, batch: int = 8) -> Graph:

@@ -6,17 +6,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from simhelpers import with_memory
 
 from legionpy import models
 from legionpy.optimizer import Machine, Simulator, Strategy, search
 from legionpy.optimizer.memory import CATEGORIES, INFEASIBLE_BASE_S, check, feasibility, search_cost
-
-
-def _with_memory(machine: Machine, nbytes: float) -> Machine:
-    d = machine.to_dict()
-    for dev in d["devices"]:
-        dev["memory"] = nbytes
-    return Machine.from_dict(d)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +54,7 @@ def test_over_capacity_is_infeasible_by_the_overflow(lenet):
     m0 = Machine.parse("p100:1x4")
     peak = max(feasibility(Simulator(lenet, m0), Strategy.data_parallel(lenet, m0))
                .peak.values())
-    m = _with_memory(m0, peak * 0.8)
+    m = with_memory(m0, peak * 0.8)
     sim = Simulator(lenet, m)
     s = Strategy.data_parallel(lenet, m)
     f = sim.feasibility(s)
@@ -87,7 +81,7 @@ def test_search_table_names_infeasible_methods_and_their_overflow(lenet):
     dp = feasibility(sim, Strategy.data_parallel(lenet, m0)).max_peak_bytes
     mp = feasibility(sim, Strategy.model_parallel(lenet, m0)).max_peak_bytes
     assert mp > dp
-    m = _with_memory(m0, (dp + mp) / 2)  # data fits, model does not
+    m = with_memory(m0, (dp + mp) / 2)  # data fits, model does not
     rep = search.run_all(lenet, m, seed=0, iterations=10, methods=["data", "model"])
     j = rep.to_json()
     assert j["strategies"]["data"]["feasible"]

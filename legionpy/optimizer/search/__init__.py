@@ -9,6 +9,8 @@ Methods, all compared on the full simulator's iteration time:
 ``owt``         one weird trick for CNNs; ``expert`` (RNN expert) for RNNs
 ``partitioner`` whole ops on single devices, balanced min-cut (:mod:`.partitioner`)
 ``elimination`` DeePa's node/edge elimination DP, additive cost (:mod:`.elimination`)
+``hierarchical`` stages across nodes, data parallel within a stage, following the
+                machine's link hierarchy; memory-aware (:mod:`.hierarchical`)
 ``mcmc``        Metropolis-Hastings with delta simulation (:mod:`.mcmc`), started
                 from data, expert, random and the elimination result
 ``exhaustive``  depth-first with lower-bound pruning, small cases only (:mod:`.exhaustive`)
@@ -21,7 +23,7 @@ Methods, all compared on the full simulator's iteration time:
 >>> best = search.mcmc(g, m, iterations=40, seed=0)          # a Strategy
 >>> rep = search.run_all(g, m, budget_s=5, seed=0, iterations=40)
 >>> sorted(rep.to_json()["strategies"])[:3]
-['data', 'elimination', 'mcmc']
+['data', 'elimination', 'hierarchical']
 
 :func:`search_for_model` is what ``nn.Model.compile(strategy="search")``
 calls: the same search, cached on disk by a hash of the graph's structure,
@@ -45,6 +47,7 @@ from ..strategy import Strategy
 from .baselines import baselines, expert_name
 from .elimination import EliminationResult, eliminate
 from .exhaustive import ExhaustiveResult, exhaustive
+from .hierarchical import HierarchicalResult, hierarchical
 from .mcmc import MCMCResult, initial_candidates
 from .mcmc import mcmc as run_mcmc
 from .partitioner import PartitionResult, partition
@@ -54,9 +57,11 @@ from .stages import staged_candidates
 __all__ = ["mcmc", "run_mcmc", "run_all", "SearchReport", "search_for_model", "eliminate",
            "exhaustive", "partition", "baselines", "ConfigSpace", "MCMCResult",
            "EliminationResult", "ExhaustiveResult", "PartitionResult", "initial_candidates",
+           "hierarchical", "HierarchicalResult",
            "DEFAULT_METHODS", "graph_hash"]
 
-DEFAULT_METHODS = ("data", "model", "expert", "partitioner", "elimination", "mcmc")
+DEFAULT_METHODS = ("data", "model", "expert", "partitioner", "elimination", "hierarchical",
+                   "mcmc")
 
 
 def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | None = None,
@@ -148,7 +153,7 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
     ename = expert_name(graph)
     methods = [ename if m in ("expert", "owt") else m for m in methods]
     unknown = set(methods) - {"data", "model", ename, "partitioner", "elimination", "mcmc",
-                              "exhaustive"}
+                              "exhaustive", "hierarchical"}
     if unknown:
         from ...errors import StrategyError
         raise StrategyError(f"unknown search methods {sorted(unknown)}; known: "
@@ -219,6 +224,16 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
             rep.details["elimination"]["staged"] = tried
         if "elimination" in methods:
             found["elimination"] = (dp_s, dp_t)
+    hier = None
+    if "hierarchical" in methods or "mcmc" in methods:
+        if stage:
+            stage("hierarchical")
+        sc = scoring[0]
+        hier = hierarchical(graph, machine, cost_model, sim, deadline=share(0.7), score=cost)
+        scoring[0] = sc  # these simulations are the method's search, not scoring
+        found["hierarchical"] = (hier.strategy, hier.search_time_s)
+        stops["hierarchical"] = "budget" if hier.stopped_on_budget else "done"
+        rep.details["hierarchical"] = {"stages": hier.stages, "tried": hier.tried}
     if "partitioner" in methods:
         if stage:
             stage("partitioner")
@@ -236,6 +251,8 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
         if stage:
             stage("mcmc")
         init = initial_candidates(graph, machine, seed, space, dp_s)
+        if hier is not None and hier.stages > 1:  # a start that fits where data does not
+            init["hierarchical"] = hier.strategy
         known = {n: cost(s) for n, s in init.items() if n != "random"}
         left = max(0.0, deadline - time.perf_counter()) if timed else budget_s
         t1 = time.perf_counter()

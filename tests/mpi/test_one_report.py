@@ -1,0 +1,64 @@
+"""Under ``mpirun`` a command prints one report (rank 0) and
+``LEGIONPY_TRACE`` holds one trace with every rank's devices (issue 15
+item 7)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .mpirun import run_mpi
+
+pytestmark = pytest.mark.mpi
+
+
+def test_train_prints_once_and_merges_the_ranks_traces(tmp_path):
+    trace = tmp_path / "t.json"
+    p = run_mpi(2, ["-m", "legionpy.cli", "train", "lenet", "--steps", "2", "--json"],
+                env={"LEGIONPY_TRACE": str(trace)})
+    reports = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    assert len(reports) == 1 and json.loads(reports[0])["ranks"] == 2
+    events = json.loads(trace.read_text())["traceEvents"]
+    done = [e for e in events if e.get("ph") == "X"]
+    assert {e["pid"] for e in done} == {0, 1}
+    assert {e["args"]["device"] for e in done if e["args"].get("device") is not None} == {0, 1}
+    names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert names == {"rank 0", "rank 1"}
+
+
+def test_ctrl_c_stops_every_rank_at_the_same_step(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from legionpy.nn.checkpoint import read_meta
+
+    from .mpirun import REPO, mpirun_path
+
+    exe = mpirun_path()
+    if exe is None:
+        pytest.skip("mpirun not found")
+    ck = tmp_path / "ck.npz"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env.pop("LEGIONPY_DEBUG", None)
+    proc = subprocess.Popen([exe, "-n", "2", sys.executable, "-m", "legionpy.cli", "train",
+                             "lenet", "--steps", "400", "--checkpoint", str(ck),
+                             "--checkpoint-every", "1"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    t0 = time.monotonic()
+    while not ck.exists() and proc.poll() is None and time.monotonic() - t0 < 120:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        pytest.fail("mpirun did not end after Ctrl-C")
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.count("interrupted (Ctrl-C)") == 1
+    step = read_meta(ck)["step"]
+    assert 1 <= step < 400 and f"fit stopped after step {step}" in err
