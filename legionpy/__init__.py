@@ -53,7 +53,7 @@ _EXPORTS = {
     "Mapping": "legionpy.mapper",
 }
 _SUBMODULES = ("errors", "geometry", "regions", "runtime", "mapper", "ops", "optimizer",
-               "nn", "models", "data")
+               "nn", "models", "data", "frontends")
 
 __all__ = sorted(_EXPORTS) + list(_SUBMODULES) + ["__version__"]
 

@@ -28,7 +28,7 @@ from .args import machine_spec, out_file, positive_int, size_pair
 
 
 def _configure(p) -> None:
-    p.add_argument("model", help="a zoo model (see `legionpy models`)")
+    p.add_argument("model", help="a zoo model (see `legionpy models`) or a .onnx file")
     p.add_argument("--batch-size", type=positive_int, default=None)
     p.add_argument("--scale", choices=("small", "full"), default="small",
                    help="zoo sizes: small (default, seconds on a CPU) or the paper's")
@@ -47,12 +47,10 @@ def _configure(p) -> None:
 
 def build_graph(args):
     """The zoo graph of ``args.model`` with ``--scale``/``--size``/``--batch-size``."""
-    from ..errors import ModelError
-    from ..models import MODELS, graph
+    from ..models import check_model, graph
     from ..models.training import parse_sizes
 
-    if args.model not in MODELS:
-        raise ModelError(f"unknown model {args.model!r}; the zoo has {sorted(MODELS)}")
+    check_model(args.model)
     sizes = parse_sizes(args.size)
     if args.batch_size:
         sizes["batch_size"] = args.batch_size

@@ -19,6 +19,7 @@ exits with status 130.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ..cli import command
@@ -26,7 +27,7 @@ from .args import machine_spec, nonneg_int, out_file, positive_float, positive_i
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", help="zoo model name (legionpy models)")
+    p.add_argument("model", help="a zoo model (legionpy models) or a .onnx file")
     p.add_argument("--machine", type=machine_spec, default="p100:1x4",
                    help="machine spec, e.g. p100:4x4")
     p.add_argument("--budget", type=positive_float, default=30.0,
@@ -117,7 +118,7 @@ def _search(args) -> dict:
 
 def default_out(args) -> str:
     spec = args.machine.replace("/", "_").replace(":", "-")
-    return f"{args.model}-{spec}.json"
+    return f"{os.path.splitext(args.model)[0]}-{spec}.json"  # model.onnx -> model-SPEC.json
 
 
 def _cost(sim, strategy) -> float:

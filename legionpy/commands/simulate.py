@@ -20,7 +20,7 @@ from .args import cost_spec, machine_spec, nonneg_int, out_file, positive_int, s
 
 def add_model_arguments(p) -> None:
     """Arguments shared by the commands that build a zoo model on a machine."""
-    p.add_argument("model", help="a zoo model (see `legionpy models`)")
+    p.add_argument("model", help="a zoo model (see `legionpy models`) or a .onnx file")
     p.add_argument("--machine", type=machine_spec, default="local",
                    help="SPEC: p100:NODESxGPUS, k80:NxG, dgx1, h100:NxG, local, or a JSON file")
     p.add_argument("--batch-size", type=positive_int, default=None, help="default: the paper's")
@@ -32,13 +32,10 @@ def add_model_arguments(p) -> None:
 
 def build_model_and_machine(args):
     """(graph, machine) from ``add_model_arguments``' values."""
-    from ..errors import ModelError
-    from ..models import MODELS
+    from ..models import check_model
     from ..optimizer import Machine
 
-    if args.model not in MODELS:
-        raise ModelError(f"unknown model {args.model!r}; the zoo has {sorted(MODELS)} "
-                         f"(`legionpy models` lists them)")
+    check_model(args.model)
     from ..models import graph
     from ..models.training import parse_sizes
 
@@ -142,16 +139,14 @@ def _compare(args) -> dict:
     """``simulate --compare``: simulate, run for real, compare (see module doc)."""
     from ..errors import MachineError, ModelError
     from ..measure.fidelity import LOCAL_COST, compare
-    from ..models import MODELS
+    from ..models import check_model
     from ..models.training import parse_sizes, start_runtime
 
     if args.machine.split(":")[0].lower() != "local":
         raise MachineError(f"--compare runs the strategy for real, and only the local machine "
                            f"can be run: use --machine local (got --machine {args.machine}); "
                            "simulate other machines without --compare")
-    if args.model not in MODELS:
-        raise ModelError(f"unknown model {args.model!r}; the zoo has {sorted(MODELS)} "
-                         f"(`legionpy models` lists them)")
+    check_model(args.model)
     if args.steps < 1 or args.warmup < 0:
         raise ModelError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps}, "
                          f"{args.warmup}")

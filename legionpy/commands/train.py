@@ -23,7 +23,7 @@ from ..cli import command
 
 
 def _configure(p) -> None:
-    p.add_argument("model", help="a zoo model (see `legionpy models`)")
+    p.add_argument("model", help="a zoo model (see `legionpy models`) or a .onnx file")
     from ..models.training import add_train_arguments
 
     add_train_arguments(p, steps=30)
@@ -31,12 +31,10 @@ def _configure(p) -> None:
 
 @command("train", "train a small zoo model on synthetic data and report samples/s and loss")
 def _train(args) -> dict:
-    from ..errors import ModelError
-    from ..models import MODELS
+    from ..models import check_model
     from ..models.training import start_runtime, train_from_args
 
-    if args.model not in MODELS:
-        raise ModelError(f"unknown model {args.model!r}; the zoo has {sorted(MODELS)}")
+    check_model(args.model)
     rt = start_runtime(args.devices)
     from ..measure import train_prediction
 

@@ -175,8 +175,7 @@ class AdaptiveMapper(StrategyMapper):
         self.history: list[dict] = []
         self.moves: list[Move] = []
         self._window: list[dict] = []
-        self._own_trace = False
-        self._last_id = -1
+        self._tap: Any = None  # this mapper's own trace (never the user's)
         self._step = 0
 
     # -- observation ---------------------------------------------------------------------
@@ -198,18 +197,19 @@ class AdaptiveMapper(StrategyMapper):
         return {"busy": busy, "span": span, "util": util}
 
     def _records(self, rt: Any) -> list[dict]:
-        tr = rt.trace
-        if not tr.enabled:
-            tr.start(clear=True)
-            self._own_trace = True
+        """The records of the ops finished since the last call, from this
+        mapper's tap on the runtime's trace (a Trace of its own: the user's
+        ``LEGIONPY_TRACE`` / ``rt.trace`` is neither started nor cleared)."""
+        from ..runtime.trace import Trace
+
+        tap = self._tap
+        if tap is None or tap not in rt.trace.taps:
+            tap = self._tap = Trace(rt.trace.t0, rt.trace.rank)
+            tap.start()
+            rt.trace.taps.append(tap)
             return []
-        if self._own_trace:
-            recs = tr.records()
-            tr.clear()
-            return recs
-        recs = [r for r in tr.records() if r["id"] > self._last_id]
-        if recs:
-            self._last_id = max(r["id"] for r in recs)
+        recs = tap.records()
+        tap.clear()
         return recs
 
     # -- decision ------------------------------------------------------------------------

@@ -28,11 +28,12 @@ from typing import Any
 from ..errors import GraphError
 from ..optimizer.graph import Graph
 from .cnn import build_alexnet, build_inception_v3, build_lenet, build_resnet101, build_vgg16
-from .rnn import build_nmt, build_rnnlm, build_rnntc, build_transformer
+from .rnn import build_nmt, build_rnnlm, build_rnntc
+from .transformer import build_transformer
 
 __all__ = ["ZooModel", "MODELS", "BUILDERS", "SMALL", "lenet", "alexnet", "vgg16",
            "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt", "transformer", "build",
-           "graph", "sizes_for"]
+           "graph", "sizes_for", "check_model", "is_onnx"]
 
 #: name -> (builder, the paper's batch size)
 BUILDERS: dict[str, tuple[Callable, int]] = {
@@ -57,8 +58,8 @@ SMALL: dict[str, dict[str, Any]] = {
     "rnntc": {"batch_size": 16, "steps": 8, "hidden": 32, "layers": 2, "vocab": 32},
     "rnnlm": {"batch_size": 16, "steps": 8, "hidden": 64, "layers": 2, "vocab": 32},
     "nmt": {"batch_size": 16, "steps": 6, "hidden": 32, "layers": 1, "vocab": 16},
-    "transformer": {"batch_size": 8, "seq": 8, "d_model": 32, "ff": 64, "layers": 2,
-                    "vocab": 32},
+    "transformer": {"batch_size": 8, "seq": 8, "d_model": 32, "heads": 4, "ff": 64,
+                    "layers": 2, "vocab": 32},
 }
 
 
@@ -98,8 +99,46 @@ def _split(name: str, scale: str, sizes: dict) -> tuple[Callable, int, dict]:
     return fn, batch, kw
 
 
+def is_onnx(name: str) -> bool:
+    """True when ``name`` is a path to an ONNX file rather than a zoo name."""
+    return str(name).lower().endswith(".onnx")
+
+
+def check_model(name: str) -> None:
+    """Raise for a MODEL argument that is neither a zoo name nor an existing
+    ``.onnx`` file (what every command taking MODEL accepts)."""
+    import os
+
+    if is_onnx(name):
+        if not os.path.isfile(name):
+            raise GraphError(f"no ONNX file {name!r}; pass a zoo model {sorted(BUILDERS)} or "
+                             "the path of a .onnx file")
+    elif name not in BUILDERS:
+        raise GraphError(f"unknown model {name!r}; the zoo has {sorted(BUILDERS)} "
+                         "(`legionpy models` lists them), or pass the path of a .onnx file")
+
+
+def _onnx(path: str, batch_size: int | None = None, seed: int = 0, scale: str | None = None,
+          **sizes: Any) -> Any:
+    """An imported ONNX model for the commands: a softmax is appended when the
+    graph ends in logits, so it trains with cross-entropy on class labels."""
+    from ..frontends import from_onnx
+
+    check_model(path)
+    sizes = {k: v for k, v in sizes.items() if v is not None}
+    if sizes:
+        raise GraphError(f"{path}: size overrides {sorted(sizes)} apply to zoo models only")
+    m = from_onnx(path, batch_size=batch_size, seed=seed, add_softmax=True)
+    m.zoo_name = path
+    return m
+
+
 def graph(name: str, scale: str = "full", **sizes: Any) -> ZooModel:
-    """A bare operator graph of zoo model ``name`` (no layer API involved)."""
+    """A bare operator graph of zoo model ``name`` (no layer API involved),
+    or of the ONNX file at path ``name``."""
+    if is_onnx(name):
+        m = _onnx(name, **sizes)
+        return ZooModel(name, m.graph, m.outputs)
     fn, batch, kw = _split(name, scale, sizes)
     g = Graph(batch, name=name)
     return ZooModel(name, g, fn(g, **kw))
@@ -141,7 +180,10 @@ MODELS = {f.__name__: f for f in (lenet, alexnet, vgg16, inception_v3, resnet101
 
 
 def build(name: str, **kw: Any) -> Any:
-    """``build("alexnet", batch_size=32)``: ``MODELS[name](**kw)``."""
+    """``build("alexnet", batch_size=32)``: ``MODELS[name](**kw)``; a path
+    ending in ``.onnx`` imports that model (``legionpy.frontends.from_onnx``)."""
+    if is_onnx(name):
+        return _onnx(name, **kw)
     if name not in MODELS:
         raise GraphError(f"unknown model {name!r}; models: {sorted(MODELS)}")
     return MODELS[name](**kw)

@@ -1,7 +1,7 @@
 """Recurrent and attention zoo graphs at the paper's shapes (section 8.1 and
 REFERENCE.md): RNNTC (4 LSTM layers, hidden 1024), RNNLM (2 layers, hidden
 2048), NMT (2 + 2 layers, hidden 1024, attention, softmax over 32k words),
-all unrolled 40 steps, and a Transformer encoder stack.
+all unrolled 40 steps (the Transformer: models/transformer.py).
 
 Every builder ends in ONE softmax with the loss, so the model trains with
 :class:`legionpy.nn.Model` (whose last op carries the loss): the per-step
@@ -12,14 +12,12 @@ state, targets ``(N,)``.
 
 Each LSTM step is its own op (one cell = one time step, as FlexFlow's NMT);
 the cells of a layer share their Parameters (``share=`` the layer's first
-cell), so do the per-step embeddings and output projections. The
-Transformer uses single-head attention (``batch_matmul`` + ``softmax(loss=
-False)``): the op set has no head-split reshape yet.
+cell), so do the per-step embeddings and output projections.
 """
 
 from __future__ import annotations
 
-__all__ = ["build_rnntc", "build_rnnlm", "build_nmt", "build_transformer"]
+__all__ = ["build_rnntc", "build_rnnlm", "build_nmt"]
 
 
 def _stack(b, xs, layers, hidden, prefix, first=None, init=None):
@@ -86,22 +84,3 @@ def build_nmt(b, steps: int = 40, hidden: int = 1024, layers: int = 2, vocab: in
         att0 = att0 or a
         out.append(a)
     return _project(b, out, hidden, vocab)
-
-
-def build_transformer(b, seq: int = 64, d_model: int = 512, ff: int = 2048, layers: int = 6,
-                      vocab: int = 32000):
-    tokens = b.input((seq,), dtype="int32", name="tokens")
-    x = b.embedding(tokens, vocab, d_model, name="embed")
-    for i in range(layers):
-        n = f"enc{i}"
-        q = b.dense(x, d_model, name=f"{n}.q")
-        k = b.dense(x, d_model, name=f"{n}.k")
-        v = b.dense(x, d_model, name=f"{n}.v")
-        s = b.softmax(b.batch_matmul(q, k, transpose_b=True, name=f"{n}.scores"), loss=False,
-                      name=f"{n}.attn")
-        c = b.batch_matmul(s, v, name=f"{n}.context")
-        x = b.add(x, b.dense(c, d_model, name=f"{n}.out"), name=f"{n}.res1")
-        f = b.dense(b.dense(x, ff, activation="gelu", name=f"{n}.ff1"), d_model,
-                    name=f"{n}.ff2")
-        x = b.add(x, f, name=f"{n}.res2")
-    return b.softmax(b.dense(x, vocab, name="lm_head"), name="softmax")

@@ -64,6 +64,7 @@ def save(model: Any, path: str | os.PathLike) -> None:
         arrays[f"param/{name}"] = r.read("w")
         for f in model.optimizer.fields:
             arrays[f"state/{name}/{f}"] = r.read(f)
+    ex.fold_running_stats()  # batch norm statistics of the steps still in flight
     for pl in ex.plans:
         for k, v in pl.buffers.items():
             arrays[f"buffer/{pl.op.name}.{k}"] = np.array(v, copy=True)
@@ -151,6 +152,7 @@ def load(model: Any, path: str | os.PathLike) -> dict:
                           "differ from the saved run's", stacklevel=3)
         model._step, model._epoch, model._batch = (int(meta["step"]), int(meta["epoch"]),
                                                    int(meta["batch"]))
+    ex.fold_running_stats()
     for pl in ex.plans:
         names = list(pl.buffers) or (("running_mean", "running_var")
                                      if pl.op.kind == "batch_norm" else ())

@@ -113,6 +113,15 @@ def _stand_in(ex: Any, name: str) -> None:
     time.sleep(ex.standin.get(name, 0.0))
 
 
+def initial_buffers(op: Any) -> dict[str, np.ndarray]:
+    """Batch norm's running statistics before training: ``op.initial_state``
+    when a front end imported them, else zeros and ones (PyTorch)."""
+    c = op.output_shape[1]
+    init = getattr(op, "initial_state", None) or {}
+    return {"running_mean": np.array(init.get("running_mean", np.zeros(c)), np.float32),
+            "running_var": np.array(init.get("running_var", np.ones(c)), np.float32)}
+
+
 def _drop_axis(a: Any, view: tuple[int, int] | None) -> Any:
     """The array of a view input (its fixed axis has extent 1 in the rect)."""
     if view is None:
@@ -193,6 +202,7 @@ class OpPlan:
         else:  # a partial sum into the zero-filled output
             out.val[...] += tile_forward(self.op, t)
         _throttle(self.cfg.devices[k], t0)
+        return t.cache.pop("running", None)  # batch norm's batch statistics, if any
 
     def _color(self, view: Any) -> tuple:
         return view.region.color
@@ -260,6 +270,12 @@ class Executor:
             self.pregions[name] = Region(p.shape, fields, name=name)
             self.pregions[name].write("w", initial_value(p, seed))
         self.plans: list[OpPlan] = []
+        #: Batch norm running statistics, ``{op name: {"running_mean",
+        #: "running_var"}}`` (host arrays, the same on every rank), and the
+        #: F FutureMaps of training steps whose statistics are not folded in.
+        self.buffers: dict[str, dict] = {op.name: initial_buffers(op) for op in graph.ops
+                                         if op.kind == "batch_norm"}
+        self._stats: list[list] = []
         #: Stand-in mode (invariant 3, docs/taskgraph.md): ``{task name
         #: ("F:op[k]", "B:op[k]", "U:param[t]"): seconds}``; when set, each
         #: task sleeps its duration instead of running its kernel (regions
@@ -278,13 +294,11 @@ class Executor:
         running statistics carry over. Used by compile and by mappers that
         change the strategy between iterations (AdaptiveMapper)."""
         graph, model_id = self.graph, self.model_id
-        old = {pl.op.name: pl for pl in self.plans}
         self.strategy = strategy
         self.rt.invalidate_traces()  # new launches: the steps are recorded again
         self.plans = [OpPlan(self, op, strategy[op.name]) for op in graph.ops]
         for pl in self.plans:
-            if pl.op.name in old:
-                pl.buffers = old[pl.op.name].buffers
+            pl.buffers = self.buffers.get(pl.op.name, {})
         self.updates = []
         u_fields = ("w", "g", *self.opt.fields)
         sparse = {p.name for op in graph.ops if op.kind == "embedding"
@@ -336,29 +350,60 @@ class Executor:
 
     def forward(self, inputs: list[dict], step: int, training: bool) -> None:
         """Launch F of every op (one traced step); ``inputs[j]`` shards of the
-        j-th input op's batch."""
+        j-th input op's batch. Inference folds every pending batch-norm
+        statistic into the running statistics first."""
         self.install_mapper()
+        if not training:
+            self.fold_running_stats()
         with self.traced("forward"):
             self._forward(inputs, step, training)
 
     def _forward(self, inputs: list[dict], step: int, training: bool) -> None:
+        """F launches; in training, batch norm's F results (its batch
+        statistics) are kept for :meth:`fold_running_stats`."""
         for pl in self.plans:
             if pl.red > 1:  # partial sums (a split reduction dim) accumulate from zero
                 lr.fill(self.regions[pl.op.name], "val", 0.0)
-        j = 0
+        j, stats = 0, []
         for pl in self.plans:
             kw: dict = {"step": step, "training": training}
             if pl.op.kind == "input":
                 kw["data"] = inputs[j]
                 j += 1
-            lr.index_launch(pl.f_task, pl.colors, *pl.args(), launch_options=pl.f_opts, **kw)
+            fm = lr.index_launch(pl.f_task, pl.colors, *pl.args(), launch_options=pl.f_opts,
+                                 **kw)
+            if training and pl.op.kind == "batch_norm":
+                stats.append((pl.op, fm))
+        if stats:
+            self._stats.append(stats)
+
+    def fold_running_stats(self, keep: int = 0) -> None:
+        """Update batch norm's running statistics with the batch statistics of
+        every training step launched so far but the last ``keep``, in step
+        order, with each op's momentum (PyTorch's update, unbiased variance).
+        Futures make it rank-independent: every rank folds the same values."""
+        from ..ops.kernels import batch_norm_update_running
+
+        while len(self._stats) > keep:
+            for op, fm in self._stats.pop(0):
+                buf, mom = self.buffers[op.name], op.attrs.get("momentum", 0.1)
+                for r in fm.get():
+                    if r is None:
+                        continue
+                    c0, c1, mean, var, n = r
+                    rm, rv = buf["running_mean"], buf["running_var"]
+                    rm[c0:c1], rv[c0:c1] = batch_norm_update_running(
+                        rm[c0:c1], rv[c0:c1], mean, var, n, mom)
 
     def train_step(self, inputs: list[dict], target: np.ndarray, step: int) -> Any:
         """One iteration, as a trace; returns the FutureMap of the last op's B
         (loss, metrics)."""
         self.install_mapper()
         with self.traced("train"):
-            return self._train_step(inputs, target, step)
+            fm = self._train_step(inputs, target, step)
+        if len(self._stats) > 2:  # steps before the previous one have finished
+            self.fold_running_stats(keep=2)
+        return fm
 
     def _train_step(self, inputs: list[dict], target: np.ndarray, step: int) -> Any:
         for pl in self.plans:

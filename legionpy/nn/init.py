@@ -33,7 +33,12 @@ def initial_value(p: Parameter, seed: int) -> np.ndarray:
     spec = p.init or {"kind": "zeros"}
     kind = spec.get("kind", "zeros")
     rng = param_rng(seed, p.name)
-    if kind == "zeros":
+    if kind == "array":  # imported weights (legionpy.frontends)
+        a = np.asarray(spec["value"])
+        if a.shape != tuple(p.shape):
+            raise ModelError(f"parameter {p.name!r}: imported array of shape {a.shape}, "
+                             f"the parameter's is {p.shape}")
+    elif kind == "zeros":
         a = np.zeros(p.shape)
     elif kind == "ones":
         a = np.ones(p.shape)
@@ -46,5 +51,5 @@ def initial_value(p: Parameter, seed: int) -> np.ndarray:
         a = rng.normal(0.0, spec.get("std", 1.0), p.shape)
     else:
         raise ModelError(f"parameter {p.name!r}: unknown initialiser {kind!r}; known: zeros, "
-                         "ones, glorot_uniform, uniform, normal")
+                         "ones, glorot_uniform, uniform, normal, array")
     return a.astype(p.dtype)

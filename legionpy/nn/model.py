@@ -37,7 +37,8 @@ __all__ = ["Model", "History", "LAYERS"]
 
 LAYERS = ("input", "conv2d", "pool2d", "dense", "flat", "reshape", "relu", "sigmoid", "tanh",
           "gelu", "batch_norm", "dropout", "concat", "add", "multiply", "softmax", "embedding",
-          "batch_matmul", "lstm", "attention")
+          "batch_matmul", "lstm", "attention", "layer_norm", "transpose", "slice", "scale",
+          "add_bias", "positional_encoding", "multihead_attention")
 _ids = itertools.count()
 
 
@@ -398,12 +399,13 @@ class Model:
         ex = self._exec("parameters()")
         return {n: r.read("w") for n, r in ex.pregions.items()}
 
-    def _buffers(self) -> dict[str, np.ndarray]:
-        out = {}
-        for pl in self._ex.plans:
-            for k, v in pl.buffers.items():
-                out[f"{pl.op.name}.{k}"] = v.copy()
-        return out
+    def buffers(self) -> dict[str, np.ndarray]:
+        """``{"op.running_mean": array, "op.running_var": array}`` of every
+        batch norm: the running statistics ``predict``/``evaluate`` use,
+        updated by every ``fit`` step with the layer's momentum."""
+        ex = self._exec("buffers()")
+        ex.fold_running_stats()
+        return {f"{op}.{k}": v.copy() for op, b in ex.buffers.items() for k, v in b.items()}
 
     def save(self, path: str | os.PathLike) -> None:
         """Write a checkpoint to ``path`` (.npz) atomically: parameters,

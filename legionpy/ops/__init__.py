@@ -28,10 +28,12 @@ from .layers import (
     Tanh,
 )
 from .recurrent import Attention, Embedding, LSTMCell
+from .sequence import AddBias, LayerNorm, PositionalEncoding, Scale, Slice, Transpose
 
 __all__ = [
     "REGISTRY", "Operator", "Parameter", "TensorRef", "op_class", "register",
     "Add", "BatchMatmul", "BatchNorm", "Concat", "Conv2D", "Dense", "Dropout", "Flat",
     "Gelu", "Input", "Multiply", "Pool2D", "Relu", "Reshape", "Sigmoid", "Softmax",
-    "Tanh", "Attention", "Embedding", "LSTMCell",
+    "Tanh", "Attention", "Embedding", "LSTMCell", "AddBias", "LayerNorm",
+    "PositionalEncoding", "Scale", "Slice", "Transpose",
 ]

@@ -133,7 +133,7 @@ def _act_bwd(act: str | None, dy: Any, y: Any, cache: dict) -> Any:
         return dy
     if act in K.FUSABLE:
         return K.activation_grad_from_output(act, dy, y)
-    return K.gelu_backward(dy, cache["z"])
+    return K.activation_backward(act, dy, cache["z"], None)
 
 
 def _with_bias_grad(t: Tile, dws: dict, db: Any) -> dict:
@@ -227,12 +227,18 @@ class _Dense:
 @tile_kernel("relu", "sigmoid", "tanh", "gelu")
 class _Unary:
     @staticmethod
+    def _name(op):
+        return "gelu_erf" if op.kind == "gelu" and op.attrs.get("approximate") == "none" \
+            else op.kind
+
+    @staticmethod
     def forward(op, t):
-        return K.activation_forward(op.kind, t.xs[0])
+        return K.activation_forward(_Unary._name(op), t.xs[0])
 
     @staticmethod
     def backward(op, t, y, dy):
-        return [K.activation_backward(op.kind, dy, t.xs[0], y) if t.need(0) else None], {}
+        return [K.activation_backward(_Unary._name(op), dy, t.xs[0], y) if t.need(0)
+                else None], {}
 
 
 @tile_kernel("dropout")
@@ -249,30 +255,36 @@ class _Dropout:
         return [K.dropout_backward(dy, t.cache.get("keep"), op.attrs["rate"])], {}
 
 
+def _host(a: Any) -> np.ndarray:
+    """A numpy copy of a numpy or cupy array."""
+    return a.get() if hasattr(a, "get") else np.array(a)
+
+
 @tile_kernel("batch_norm")
 class _BatchNorm:
-    """Statistics of the tile's own samples (ops/layers.py: channel tiles see
-    the whole batch; sample tiles normalise locally, as FlexFlow and DDP do).
-    Running statistics are updated by the tile holding sample 0 only, so they
-    do not depend on the order tiles run in."""
+    """Training: statistics of the tile's own samples (ops/layers.py: channel
+    tiles see the whole batch; sample tiles normalise locally, as FlexFlow
+    and DDP do). The tile holding sample 0 leaves its batch statistics in
+    ``t.cache["running"]`` as ``(c0, c1, mean, var, count)``; the F task
+    returns them and the executor folds them into the running statistics on
+    the host (:meth:`legionpy.nn.execution.Executor.fold_running_stats`), the
+    same on every rank and whatever order tiles run in. Eval: normalise with
+    ``t.buffers["running_mean"/"running_var"]``."""
 
     @staticmethod
     def forward(op, t):
         c0, c1 = t.out.lo[1], t.out.hi[1]
-        buf = t.buffers
-        c = op.output_shape[1]
-        if "running_mean" not in buf:
-            buf["running_mean"] = np.zeros(c, np.float32)
-            buf["running_var"] = np.ones(c, np.float32)
-        rm, rv = buf["running_mean"], buf["running_var"]
+        eps = op.attrs.get("eps", 1e-5)
         if t.training:
-            y, cache, (m, v, n) = K.batch_norm_forward(t.xs[0], t.ws["gamma"], t.ws["beta"])
+            y, cache, (m, v, n) = K.batch_norm_forward(t.xs[0], t.ws["gamma"], t.ws["beta"],
+                                                       eps=eps)
             if t.out.lo[0] == 0:
-                rm[c0:c1], rv[c0:c1] = K.batch_norm_update_running(rm[c0:c1], rv[c0:c1], m, v,
-                                                                   n)
+                t.cache["running"] = (c0, c1, _host(m), _host(v), n)
         else:
-            y, cache, _ = K.batch_norm_forward(t.xs[0], t.ws["gamma"], t.ws["beta"],
-                                               rm[c0:c1], rv[c0:c1], training=False)
+            xp = K.array_module(t.xs[0])
+            rm, rv = (xp.asarray(t.buffers[k][c0:c1]) for k in ("running_mean", "running_var"))
+            y, cache, _ = K.batch_norm_forward(t.xs[0], t.ws["gamma"], t.ws["beta"], rm, rv,
+                                               eps=eps, training=False)
         t.cache["bn"] = cache
         return K.apply_activation_("relu" if op.attrs.get("relu") else None, y)
 
@@ -351,7 +363,10 @@ class _Multiply:
 class _Softmax:
     @staticmethod
     def forward(op, t):
-        return K.softmax_forward(t.xs[0])
+        x = t.xs[0]
+        if op.attrs.get("causal"):
+            x = K.causal_mask(x, t.out.lo[-2])
+        return K.softmax_forward(x)
 
     @staticmethod
     def backward(op, t, y, dy):
@@ -364,17 +379,17 @@ class _BatchMatmul:
     def forward(op, t):
         b = t.xs[1]
         if op.attrs.get("transpose_b"):
-            b = np.swapaxes(b, 1, 2)
+            b = np.swapaxes(b, -1, -2)
         return np.matmul(t.xs[0], b)
 
     @staticmethod
     def backward(op, t, y, dy):
         a, b = t.xs
         tb = op.attrs.get("transpose_b")
-        bb = np.swapaxes(b, 1, 2) if tb else b
-        da = np.matmul(dy, np.swapaxes(bb, 1, 2))
-        db = np.matmul(np.swapaxes(a, 1, 2), dy)
-        return [da, np.swapaxes(db, 1, 2) if tb else db], {}
+        bb = np.swapaxes(b, -1, -2) if tb else b
+        da = np.matmul(dy, np.swapaxes(bb, -1, -2))
+        db = np.matmul(np.swapaxes(a, -1, -2), dy)
+        return [da, np.swapaxes(db, -1, -2) if tb else db], {}
 
 
 @tile_kernel("embedding")
@@ -483,6 +498,8 @@ class _Attention:
         return [dq + dcat[:, h:]] + [dkeys[:, i] for i in range(keys.shape[1])], \
             {"w_a": dwa, "w_c": dwc}
 
+
+from . import execute_sequence  # noqa: E402,F401  (registers the sequence ops' kernels)
 
 EXECUTABLE = tuple(sorted(_KERNELS))
 

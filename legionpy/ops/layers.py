@@ -33,7 +33,7 @@ __all__ = [
     "Softmax", "BatchMatmul",
 ]
 
-ACTIVATIONS = (None, "relu", "sigmoid", "tanh", "gelu")
+ACTIVATIONS = (None, "relu", "sigmoid", "tanh", "gelu", "gelu_erf")
 
 
 def _pair(v) -> tuple[int, int]:
@@ -391,7 +391,9 @@ class Multiply(Add):
 @register
 class Softmax(Operator):
     """Softmax over the last dim. With ``loss=True`` it is softmax +
-    cross-entropy: it ends the forward pass, and splits the sample dim only."""
+    cross-entropy: it ends the forward pass, and splits the sample dim only.
+    ``causal=True`` (attention scores ``(..., S, S)``) masks the entries
+    above the diagonal: position ``i`` attends to keys ``j <= i``."""
 
     kind = "softmax"
 
@@ -411,8 +413,9 @@ class Softmax(Operator):
 
 @register
 class BatchMatmul(Operator):
-    """``(N, M, K) @ (N, K, P) -> (N, M, P)``; with ``transpose_b`` the second
-    input is ``(N, P, K)``."""
+    """``(N, ..., M, K) @ (N, ..., K, P) -> (N, ..., M, P)``; with
+    ``transpose_b`` the second input is ``(N, ..., P, K)``. The leading dims
+    after N (attention heads) are attribute dims like M and P."""
 
     kind = "batch_matmul"
     arity = 2
@@ -420,20 +423,21 @@ class BatchMatmul(Operator):
     def infer_shape(self):
         a, b = self.inputs[0].shape, self.inputs[1].shape
         tb = self.attrs.get("transpose_b", False)
-        kb, p = (b[2], b[1]) if tb else (b[1], b[2])
-        if len(a) != 3 or len(b) != 3 or a[0] != b[0] or a[2] != kb:
+        kb, p = (b[-1], b[-2]) if tb else (b[-2], b[-1])
+        if len(a) < 3 or len(a) != len(b) or a[:-2] != b[:-2] or a[-1] != kb:
             raise GraphError(f"batch_matmul {self.name!r}: shapes {a} and {b} do not "
                              f"multiply (transpose_b={tb})")
-        return (a[0], a[1], p)
+        return a[:-1] + (p,)
 
     def input_rect(self, i, out):
-        k = self.inputs[0].shape[2]
+        k, n = self.inputs[0].shape[-1], out.ndim
         if i == 0:
-            return replace_dim(out, 2, 0, k)
+            return replace_dim(out, n - 1, 0, k)
+        lead_lo, lead_hi = out.lo[:-2], out.hi[:-2]
         if self.attrs.get("transpose_b", False):
-            return Rect((out.lo[0], out.lo[2], 0), (out.hi[0], out.hi[2], k))
-        return Rect((out.lo[0], 0, out.lo[2]), (out.hi[0], k, out.hi[2]))
+            return Rect(lead_lo + (out.lo[-1], 0), lead_hi + (out.hi[-1], k))
+        return Rect(lead_lo + (0, out.lo[-1]), lead_hi + (k, out.hi[-1]))
 
     def flops(self, out):
-        f = 2.0 * out.volume * self.inputs[0].shape[2]
+        f = 2.0 * out.volume * self.inputs[0].shape[-1]
         return f, 2.0 * f

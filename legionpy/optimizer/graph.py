@@ -171,11 +171,21 @@ class Graph:
     def tanh(self, x, name: str | None = None) -> TensorRef:
         return self._make(O.Tanh, "tanh", [x], name)
 
-    def gelu(self, x, name: str | None = None) -> TensorRef:
-        return self._make(O.Gelu, "gelu", [x], name)
+    def gelu(self, x, approximate: str = "tanh", name: str | None = None) -> TensorRef:
+        """GELU: ``approximate="tanh"`` (default) or ``"none"`` (exact, erf)."""
+        if approximate not in ("tanh", "none"):
+            raise GraphError(f"gelu: approximate must be 'tanh' or 'none', got {approximate!r}")
+        attrs = {} if approximate == "tanh" else {"approximate": "none"}
+        return self._make(O.Gelu, "gelu", [x], name, **attrs)
 
-    def batch_norm(self, x, relu: bool = False, name: str | None = None) -> TensorRef:
-        return self._make(O.BatchNorm, "batch_norm", [x], name, relu=bool(relu))
+    def batch_norm(self, x, relu: bool = False, momentum: float = 0.1, eps: float = 1e-5,
+                   name: str | None = None) -> TensorRef:
+        """Batch normalisation (optionally fused relu). ``momentum``: weight of
+        each training batch's statistics in the running ones (PyTorch's
+        convention: ``running = (1 - momentum) * running + momentum * batch``),
+        which ``predict``/``evaluate`` normalise with; ``eps`` as PyTorch."""
+        return self._make(O.BatchNorm, "batch_norm", [x], name, relu=bool(relu),
+                          momentum=float(momentum), eps=float(eps))
 
     def dropout(self, x, rate: float = 0.5, seed: int = 0, name: str | None = None):
         return self._make(O.Dropout, "dropout", [x], name, rate=float(rate), seed=int(seed))
@@ -190,10 +200,12 @@ class Graph:
     def multiply(self, a, b, name: str | None = None) -> TensorRef:
         return self._make(O.Multiply, "multiply", [a, b], name)
 
-    def softmax(self, x, loss: bool = True, name: str | None = None) -> TensorRef:
+    def softmax(self, x, loss: bool = True, causal: bool = False,
+                name: str | None = None) -> TensorRef:
         """Softmax over the last dim; ``loss=True`` adds cross-entropy and ends
-        the forward pass."""
-        return self._make(O.Softmax, "softmax", [x], name, loss=bool(loss))
+        the forward pass; ``causal=True`` masks keys after each query row."""
+        attrs = {"causal": True} if causal else {}
+        return self._make(O.Softmax, "softmax", [x], name, loss=bool(loss), **attrs)
 
     def embedding(self, x, vocab: int, dim: int, share=None, name: str | None = None):
         return self._make(O.Embedding, "embedding", [x], name, share, vocab=int(vocab),
@@ -202,6 +214,58 @@ class Graph:
     def batch_matmul(self, a, b, transpose_b: bool = False, name: str | None = None):
         return self._make(O.BatchMatmul, "batch_matmul", [a, b], name,
                           transpose_b=bool(transpose_b))
+
+    def layer_norm(self, x, eps: float = 1e-5, name: str | None = None) -> TensorRef:
+        """Layer normalisation over the last dim (params gamma, beta)."""
+        return self._make(O.LayerNorm, "layer_norm", [x], name, eps=float(eps))
+
+    def transpose(self, x, perm: Sequence[int], name: str | None = None) -> TensorRef:
+        """Permute dims (``perm[0] == 0``: samples stay first)."""
+        return self._make(O.Transpose, "transpose", [x], name, perm=tuple(perm))
+
+    def slice(self, x, axis: int, start: int, end: int, name: str | None = None) -> TensorRef:
+        """``x[..., start:end, ...]`` along ``axis``."""
+        return self._make(O.Slice, "slice", [x], name, axis=int(axis), start=int(start),
+                          end=int(end))
+
+    def scale(self, x, alpha: float, name: str | None = None) -> TensorRef:
+        """``alpha * x``."""
+        return self._make(O.Scale, "scale", [x], name, alpha=float(alpha))
+
+    def add_bias(self, x, ndim: int = 1, name: str | None = None) -> TensorRef:
+        """``x`` plus a parameter over its last ``ndim`` dims (bias, or a learned
+        positional table with ``ndim=2`` on (N, S, D))."""
+        return self._make(O.AddBias, "add_bias", [x], name, ndim=int(ndim))
+
+    def positional_encoding(self, x, name: str | None = None) -> TensorRef:
+        """``x`` (N, S, D) plus the fixed sinusoidal table (no parameters)."""
+        return self._make(O.PositionalEncoding, "positional_encoding", [x], name)
+
+    def multihead_attention(self, x, heads: int, causal: bool = False,
+                            name: str = "mha") -> TensorRef:
+        """Multi-head self-attention of ``x`` (N, S, D) as PyTorch computes it:
+        q, k, v projections (D, D) with biases, ``(N, S, D) -> (N, h, S, D/h)``,
+        ``softmax(q k^T / sqrt(D/h))`` (optionally causal), context back to
+        (N, S, D), output projection. The head dim (dim 1 of the scores,
+        softmax and context) is an attribute dim the search may split."""
+        n, s, d = x.shape
+        if d % heads:
+            raise GraphError(f"multihead_attention {name!r}: d_model={d} is not divisible "
+                             f"by heads={heads}")
+        hd = d // heads
+
+        def split(t, what):
+            r = self.reshape(t, (s, heads, hd), name=f"{name}.{what}_split")
+            return self.transpose(r, (0, 2, 1, 3), name=f"{name}.{what}_heads")
+
+        q, k, v = (split(self.dense(x, d, name=f"{name}.{w}"), w) for w in "qkv")
+        q = self.scale(q, hd ** -0.5, name=f"{name}.q_scaled")
+        sc = self.batch_matmul(q, k, transpose_b=True, name=f"{name}.scores")
+        p = self.softmax(sc, loss=False, causal=causal, name=f"{name}.probs")
+        c = self.transpose(self.batch_matmul(p, v, name=f"{name}.context"), (0, 2, 1, 3),
+                           name=f"{name}.merge")
+        c = self.reshape(c, (s, d), name=f"{name}.concat")
+        return self.dense(c, d, name=f"{name}.out")
 
     def lstm(self, x, state: TensorRef | None, units: int, share=None,
              name: str | None = None) -> TensorRef:

@@ -37,23 +37,33 @@ __all__ = ["Trace"]
 
 class Trace:
     """Collects finished ops while enabled. ``start()``, ``stop()``,
-    ``clear()``, ``records()``, ``to_chrome()``, ``save(path)``."""
+    ``clear()``, ``records()``, ``to_chrome()``, ``save(path)``.
+
+    ``taps``: other Traces that receive every op this one is handed, whether
+    or not this one records (the AdaptiveMapper reads its own tap and never
+    starts, clears or reads the user's trace)."""
 
     def __init__(self, t0: float, rank: int = 0) -> None:
         self.t0 = t0
         self.rank = rank
-        self.enabled = False
+        self.recording = False
+        self.taps: list[Trace] = []
         self._ops: list[Op] = []
         self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        """True while this trace records or a tap listens."""
+        return self.recording or bool(self.taps)
 
     def start(self, clear: bool = True) -> None:
         if clear:
             self.clear()
-        self.enabled = True
+        self.recording = True
 
     def stop(self) -> list[dict]:
         """Stop recording and return the records so far."""
-        self.enabled = False
+        self.recording = False
         return self.records()
 
     def clear(self) -> None:
@@ -61,7 +71,10 @@ class Trace:
             self._ops = []
 
     def add(self, op: Op) -> None:
-        self._ops.append(op)  # list.append is atomic under the GIL
+        if self.recording:
+            self._ops.append(op)  # list.append is atomic under the GIL
+        for tap in self.taps:
+            tap.add(op)
 
     def __len__(self) -> int:
         return len(self._ops)

@@ -45,7 +45,7 @@ def test_ctrl_c_stops_every_rank_at_the_same_step(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     env.pop("LEGIONPY_DEBUG", None)
     proc = subprocess.Popen([exe, "-n", "2", sys.executable, "-m", "legionpy.cli", "train",
-                             "lenet", "--steps", "400", "--checkpoint", str(ck),
+                             "lenet", "--steps", "60", "--checkpoint", str(ck),
                              "--checkpoint-every", "1"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -61,4 +61,11 @@ def test_ctrl_c_stops_every_rank_at_the_same_step(tmp_path):
     assert proc.returncode == 130, err
     assert "Traceback" not in err and err.count("interrupted (Ctrl-C)") == 1
     step = read_meta(ck)["step"]
-    assert 1 <= step < 400 and f"fit stopped after step {step}" in err
+    assert 1 <= step < 60 and f"fit stopped after step {step}" in err
+
+    # the same command continues on 2 ranks with the uninterrupted run's losses
+    args = ["-m", "legionpy.cli", "train", "lenet", "--steps", "60", "--json"]
+    full = json.loads(run_mpi(2, args).stdout.strip().splitlines()[-1])["losses"]
+    rest = json.loads(run_mpi(2, args + ["--checkpoint", str(ck)]).stdout.strip()
+                      .splitlines()[-1])
+    assert rest["resumed_from_step"] == step and rest["losses"] == full[step:]

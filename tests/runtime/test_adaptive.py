@@ -143,3 +143,28 @@ def test_slow_devices_env_parsing():
 def test_thresholds_are_checked():
     with pytest.raises(ValueError, match="low < high"):
         AdaptiveMapper(high=0.4, low=0.5)
+
+
+@pytest.mark.parametrize("user_trace", [False, True])
+def test_the_mapper_reads_its_own_trace_never_the_users(user_trace):
+    rt = lp.init(cpus=2, executor="threads")
+    try:
+        if user_trace:
+            rt.trace.start()
+        mapper = AdaptiveMapper(high=0.7, low=0.5, patience=1, max_moves=2)
+        rt.set_mapper(mapper)
+        m = _train_model()
+        m.compile(optimizer=lp.nn.SGD(lr=0.05), strategy="data")
+        rng = np.random.default_rng(0)
+        m.fit(rng.standard_normal((64 * 4, 256)).astype(np.float32), rng.integers(0, 8, 64 * 4),
+              epochs=1, verbose=0, shuffle=False)
+        lp.fence()
+        assert len(mapper.history) >= 3  # the mapper saw the steps
+        recs = rt.trace.records()
+        if user_trace:  # everything, from the first op: nothing cleared
+            assert recs and rt.trace.recording
+            assert sum(r["kind"] == "update" for r in recs) >= 4 * len(m.parameters())
+        else:  # the user's trace was never started
+            assert recs == [] and not rt.trace.recording
+    finally:
+        lp.shutdown()

@@ -74,4 +74,4 @@ def test_search_reports_infeasible_data_and_picks_a_strategy_that_fits(tight):
     assert j["strategies"]["hierarchical"]["feasible"]
     assert j["strategies"][j["best"]]["feasible"]
     assert j["strategies"]["mcmc"]["feasible"]  # started from the hierarchical result
-    assert "data: out of memory by" in rep.table()
+    assert "data: " in rep.table() and "over by" in rep.table()

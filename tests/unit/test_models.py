@@ -103,3 +103,23 @@ def test_text_corpus_ships_with_python():
     assert np.array_equal(x[:, 1:], y[:, :-1])
     x, y = data.module_classes(10, 12, 2)
     assert x.shape == (10, 12) and set(y) <= {0, 1}
+
+
+def test_transformer_matches_torch_encoder_parameter_count():
+    """Encoder stack = torch.nn.TransformerEncoder's parameters; the model adds
+    the embedding and the head (README states both figures)."""
+    from legionpy.models.transformer import encoder_parameters
+
+    m = models.transformer()
+    enc = encoder_parameters(512, 2048, 6)
+    assert enc == 18_914_304
+    assert m.num_parameters() == enc + 32000 * 512 + 512 * 32000 + 32000 == 51_714_304
+    kinds = {o.kind for o in m.graph.ops}
+    assert {"layer_norm", "positional_encoding", "transpose", "scale"} <= kinds
+    probs = m.graph.op("enc0.attn.probs")
+    assert probs.output_shape == (64, 8, 64, 64) and probs.attrs["causal"]
+    assert probs.dims[1] == "attribute"  # the head dim: the search may split it
+    torch = pytest.importorskip("torch")
+    layer = torch.nn.TransformerEncoderLayer(512, 8, 2048, activation="gelu", batch_first=True)
+    tenc = torch.nn.TransformerEncoder(layer, 6, enable_nested_tensor=False)
+    assert sum(p.numel() for p in tenc.parameters()) == enc

@@ -1,8 +1,9 @@
 """Element-wise activations: relu, sigmoid, tanh, gelu (forward and backward).
 
-GELU uses the tanh approximation (PyTorch ``gelu(approximate="tanh")``):
-``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``; it needs no ``erf``,
-which numpy lacks. relu, sigmoid and tanh differentiate from their output
+``gelu`` is the tanh approximation (PyTorch ``gelu(approximate="tanh")``):
+``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``; ``gelu_erf`` the exact
+``x Phi(x)`` (PyTorch's default, ONNX ``Gelu``) with ``erfc``
+from numba's ``math.erfc`` (numpy has none). relu, sigmoid and tanh differentiate from their output
 ``y``, so they can be fused into conv/dense (which then keep only ``y``);
 gelu differentiates from its input ``x``.
 
@@ -13,6 +14,9 @@ from __future__ import annotations
 
 import math
 from typing import Any
+
+import numba
+import numpy as np
 
 from .common import array_module
 
@@ -27,13 +31,16 @@ __all__ = [
     "tanh_backward",
     "gelu_forward",
     "gelu_backward",
+    "gelu_erf_forward",
+    "gelu_erf_backward",
+    "erfc",
     "activation_forward",
     "activation_backward",
     "apply_activation_",
     "activation_grad_from_output",
 ]
 
-ACTIVATIONS = ("relu", "sigmoid", "tanh", "gelu")
+ACTIVATIONS = ("relu", "sigmoid", "tanh", "gelu", "gelu_erf")
 # activations whose derivative is a function of the output: fusable in place
 FUSABLE = ("relu", "sigmoid", "tanh")
 _GELU_C = math.sqrt(2.0 / math.pi)
@@ -94,11 +101,43 @@ def gelu_backward(dy: Any, x: Any) -> Any:
     return (dy * d).astype(dy.dtype, copy=False)
 
 
+@numba.vectorize(["float32(float32)", "float64(float64)"], cache=False)
+def _erfc_cpu(x):  # pragma: no cover - compiled
+    return math.erfc(x)
+
+
+def erfc(x: Any) -> Any:
+    """Complementary error function (numpy via numba's ``math.erfc``, cupy via
+    ``cupyx.scipy.special``); numpy has none."""
+    xp = array_module(x)
+    if xp is not np:
+        from cupyx.scipy.special import erfc as cerfc
+        return cerfc(x)
+    return _erfc_cpu(x)
+
+
+def gelu_erf_forward(x: Any) -> Any:
+    """Exact GELU ``x * Phi(x) = 0.5 x erfc(-x / sqrt 2)`` (PyTorch's default
+    ``nn.GELU()``, ONNX ``Gelu``)."""
+    return (0.5 * x * erfc(-x * _SQRT1_2)).astype(x.dtype, copy=False)
+
+
+def gelu_erf_backward(dy: Any, x: Any) -> Any:
+    """Gradient of :func:`gelu_erf_forward`: ``Phi(x) + x phi(x)``."""
+    xp = array_module(dy, x)
+    d = 0.5 * erfc(-x * _SQRT1_2) + x * xp.exp(-0.5 * x * x) * _INV_SQRT_2PI
+    return (dy * d).astype(dy.dtype, copy=False)
+
+
+_SQRT1_2 = 0.7071067811865476
+_INV_SQRT_2PI = 0.3989422804014327
+
 _FORWARD = {
     "relu": relu_forward,
     "sigmoid": sigmoid_forward,
     "tanh": tanh_forward,
     "gelu": gelu_forward,
+    "gelu_erf": gelu_erf_forward,
 }
 
 
@@ -118,6 +157,8 @@ def activation_backward(name: str, dy: Any, x: Any, y: Any) -> Any:
     _check(name)
     if name == "gelu":
         return gelu_backward(dy, x)
+    if name == "gelu_erf":
+        return gelu_erf_backward(dy, x)
     return activation_grad_from_output(name, dy, y)
 
 

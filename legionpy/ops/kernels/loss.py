@@ -15,6 +15,7 @@ from typing import Any
 from .common import array_module
 
 __all__ = [
+    "causal_mask",
     "softmax_forward",
     "softmax_backward",
     "log_softmax",
@@ -24,6 +25,15 @@ __all__ = [
     "mse_loss",
     "accuracy_count",
 ]
+
+
+def causal_mask(x: Any, row0: int) -> Any:
+    """A copy of scores ``x`` (..., rows, keys) with ``-inf`` where key ``j``
+    lies after query ``row0 + i`` (the rows are global rows ``row0..``)."""
+    xp = array_module(x)
+    rows = xp.arange(row0, row0 + x.shape[-2])[:, None]
+    keys = xp.arange(x.shape[-1])[None, :]
+    return xp.where(keys > rows, x.dtype.type(-xp.inf), x)
 
 
 def softmax_forward(x: Any, axis: int = -1) -> Any:

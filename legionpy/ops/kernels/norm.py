@@ -1,4 +1,5 @@
-"""Batch normalisation over (N, H, W) per channel (or over N for (N, C) input).
+"""Batch normalisation over (N, H, W) per channel (or over N for (N, C) input),
+and layer normalisation over the last dim.
 
 Training normalises with the batch statistics; eval with running ones. For
 a tile split along samples the statistics must be those of the GLOBAL batch:
@@ -25,6 +26,8 @@ __all__ = [
     "batch_norm_backward_sums",
     "batch_norm_backward",
     "batch_norm_update_running",
+    "layer_norm_forward",
+    "layer_norm_backward",
 ]
 
 
@@ -154,3 +157,25 @@ def batch_norm_update_running(
         new_mean.astype(running_mean.dtype, copy=False),
         new_var.astype(running_var.dtype, copy=False),
     )
+
+
+def layer_norm_forward(x: Any, gamma: Any, beta: Any, eps: float = 1e-5) -> tuple[Any, Any]:
+    """Layer norm over the last dim -> ``(y, (xhat, invstd))``."""
+    xp = array_module(x, gamma)
+    mean = x.mean(axis=-1, keepdims=True)
+    d = x - mean
+    invstd = (1.0 / xp.sqrt((d * d).mean(axis=-1, keepdims=True) + eps)).astype(x.dtype,
+                                                                               copy=False)
+    xhat = d * invstd
+    return xhat * gamma + beta, (xhat, invstd)
+
+
+def layer_norm_backward(dy: Any, cache: tuple[Any, Any], gamma: Any) -> tuple[Any, Any, Any]:
+    """``(dx, dgamma, dbeta)``; the parameter gradients summed over every row."""
+    xhat, invstd = cache
+    lead = tuple(range(dy.ndim - 1))
+    dg, db = (dy * xhat).sum(axis=lead), dy.sum(axis=lead)
+    g = dy * gamma
+    dx = invstd * (g - g.mean(axis=-1, keepdims=True)
+                   - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+    return dx.astype(dy.dtype, copy=False), dg, db

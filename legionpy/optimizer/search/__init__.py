@@ -115,8 +115,7 @@ class SearchReport:
                          f"{r['search_time_s']:>10.2f} {r.get('stop', ''):>6}  "
                          f"{format_bytes(mem['max_peak_bytes']):>11}")
             if not r["feasible"]:
-                over.append(f"  {n}: out of memory by {format_bytes(mem['over_bytes'])} "
-                            f"({mem['detail']})")
+                over.append(f"  {n}: {mem['detail']}")
         if over:
             lines.append("infeasible (simulated peak memory above device capacity):")
             lines += over

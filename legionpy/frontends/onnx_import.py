@@ -1,0 +1,314 @@
+"""ONNX -> :class:`legionpy.nn.Model` (FlexFlow's ONNX front end, in legionpy terms).
+
+The importer walks the graph's nodes in their (topological) order and keeps
+one *value* per ONNX tensor name:
+
+- a numpy array for constants: initializers, ``Constant`` nodes and every
+  node whose inputs are all constants (folded with ONNX's reference
+  evaluator), plus ``Shape`` of any tensor (shapes are static here, with
+  the batch dim set to the model's batch size), so the shape arithmetic
+  PyTorch exports around ``Reshape`` disappears;
+- a :class:`~legionpy.ops.TensorRef` for an activation, batch first;
+- a :class:`Stack` for a tensor whose leading axis is not the batch: time
+  steps of an ONNX ``LSTM`` output (T, 1, N, H), its last states (1, N, H),
+  and a batch-first sequence transposed to time-major for an LSTM.
+
+Every other node goes to its handler in :mod:`legionpy.frontends.onnx_ops`,
+which adds layers to the model. Operators without a handler (or used in a
+way legionpy cannot express, e.g. a Reshape that moves the batch dim) are
+collected, and the import then fails with ONE error naming every
+unsupported operator type and the nodes using it; no partial model is
+returned. Weights come from the initializers (``Parameter.init`` of kind
+``"array"``), batch-norm running statistics from its inputs.
+
+>>> import onnx                                          # doctest: +SKIP
+>>> m = lp.frontends.from_onnx("resnet18.onnx", batch_size=64)   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import ModelError
+
+__all__ = ["from_onnx", "Stack", "UnsupportedOperatorError", "Importer"]
+
+
+#: Operators of shape arithmetic, folded when their inputs are constants;
+#: not reported when they only follow an unsupported node.
+SHAPE_OPS = frozenset({"Constant", "Shape", "Cast", "Sqrt", "Mod", "Expand", "ConstantOfShape",
+                       "Range", "Equal", "Where", "Floor", "Ceil", "Less", "Greater", "Not"})
+
+
+class UnsupportedOperatorError(ModelError):
+    """The ONNX graph uses operators (or operator forms) legionpy cannot import."""
+
+
+class Unsupported(Exception):
+    """Raised by a handler: this node's form is not supported (``reason``)."""
+
+
+@dataclass
+class Stack:
+    """An ONNX tensor ``(len(items), [1,] *item.shape)`` whose axis 0 lists
+    batch-first refs (``unit``: a size-1 axis 1, LSTM's num_directions)."""
+
+    items: list
+    unit: bool = False
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (len(self.items),) + ((1,) if self.unit else ()) + tuple(self.items[0].shape)
+
+
+@dataclass
+class Importer:
+    """State of one import: the model under construction and the values."""
+
+    model: Any
+    graph_name: str
+    batch: int
+    export_batch: int | None
+    values: dict = field(default_factory=dict)
+    names: set = field(default_factory=set)
+    unsupported: dict = field(default_factory=dict)
+    outputs: set = field(default_factory=set)
+
+    def name(self, node: Any, suffix: str = "") -> str:
+        """A unique op name from the node's name (or op type and position)."""
+        base = (node.name or f"{node.op_type}_{len(self.names)}") + suffix
+        n, k = base, 1
+        while n in self.names:
+            n, k = f"{base}_{k}", k + 1
+        self.names.add(n)
+        return n
+
+    def const(self, name: str, what: str) -> np.ndarray:
+        v = self.values.get(name)
+        if not isinstance(v, np.ndarray):
+            raise Unsupported(f"{what} must be a constant (an initializer)")
+        return v
+
+    def lay(self, name: str, what: str = "input") -> Any:
+        """The value as a :class:`~legionpy.frontends.onnx_layout.Lay`."""
+        from ..ops import TensorRef
+        from .onnx_layout import Lay, lay
+
+        v = self.values.get(name)
+        if isinstance(v, (TensorRef, Lay)):
+            return lay(v)
+        raise Unsupported(f"{what} must be an activation")
+
+    def act(self, name: str, what: str = "input") -> Any:
+        """The value as a batch-first ref (a layout is materialised)."""
+        from ..ops import TensorRef
+        from .onnx_layout import Lay, materialize
+
+        v = self.values.get(name)
+        if isinstance(v, Lay):
+            x = materialize(self, _Named(name), v)
+            if x.canonical:
+                self.values[name] = x.base
+                return x.base
+            raise Unsupported(f"{what} {v.shape} does not have the batch first")
+        if not isinstance(v, TensorRef):
+            raise Unsupported(f"{what} must be a batch-first activation")
+        return v
+
+
+@dataclass
+class _Named:
+    """Stands for a node when naming the ops that materialise a value."""
+
+    name: str
+    op_type: str = "Layout"
+
+
+def _load(model: Any) -> Any:
+    import onnx
+
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.exists(path):
+            raise ModelError(f"from_onnx: no file {path!r}")
+        try:
+            return onnx.load(path)
+        except Exception as e:  # noqa: BLE001 - a corrupt file: say which
+            raise ModelError(f"from_onnx: {path!r} is not an ONNX model ({e})") from None
+    if isinstance(model, onnx.ModelProto):
+        return model
+    raise ModelError(f"from_onnx takes a path or an onnx.ModelProto, got {type(model).__name__}")
+
+
+def _dims(vi: Any) -> list:
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in vi.type.tensor_type.shape.dim]
+
+
+def _fold(node: Any, ins: list[np.ndarray], opset: int) -> list[np.ndarray]:
+    """Evaluate a node on constant inputs with ONNX's reference implementation."""
+    import onnx
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"i{k}" for k in range(len(ins))]
+    n = helper.make_node(node.op_type, [names[k] if x else "" for k, x in enumerate(node.input)],
+                         [f"o{k}" for k in range(len(node.output))], domain=node.domain)
+    n.attribute.extend(node.attribute)
+    g = helper.make_graph([n], "fold", [], [helper.make_tensor_value_info(
+        f"o{k}", onnx.TensorProto.UNDEFINED, None) for k in range(len(node.output))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    feeds = {nm: x for nm, x, used in zip(names, ins, node.input) if used}
+    return [np.asarray(o) for o in ReferenceEvaluator(m).run(None, feeds)]
+
+
+def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
+              add_softmax: bool = False, name: str | None = None) -> Any:
+    """Import an ONNX model (a path or ``onnx.ModelProto``) as an uncompiled
+    :class:`legionpy.nn.Model`: layers named after the graph's nodes,
+    parameters from the initializers. ``batch_size``: default the graph
+    input's static batch dim (required when it is symbolic).
+    ``add_softmax``: if the graph ends in logits, append a softmax so the
+    model trains with cross-entropy (its ``predict`` then returns
+    probabilities); a graph that ends in Softmax always carries the loss.
+
+    Raises :class:`UnsupportedOperatorError` listing every operator type the
+    graph uses that legionpy cannot import, with the nodes using it."""
+    from onnx import numpy_helper
+
+    from ..nn import Model
+    from .onnx_ops import HANDLERS
+
+    proto = _load(model)
+    g = proto.graph
+    opset = max([o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")] or [13])
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    inputs = [vi for vi in g.input if vi.name not in consts]
+    if not inputs:
+        raise ModelError(f"ONNX graph {g.name!r} has no inputs besides its initializers")
+    dims0 = [_dims(vi) for vi in inputs]
+    export_batch = dims0[0][0] if dims0[0] and isinstance(dims0[0][0], int) else None
+    batch = int(batch_size) if batch_size is not None else export_batch
+    if not batch:
+        raise ModelError(f"ONNX input {inputs[0].name!r} has a symbolic batch dim "
+                         f"{dims0[0][:1]}; pass batch_size=...")
+    m = Model(batch, seed=seed, name=name or g.name or "onnx")
+    imp = Importer(m, g.name, batch, export_batch, dict(consts))
+    imp.outputs = {o.name for o in g.output}
+    for vi, dims in zip(inputs, dims0):
+        if len(dims) < 2 or any(not isinstance(d, int) or d < 1 for d in dims[1:]):
+            raise ModelError(f"ONNX input {vi.name!r} has shape {dims}; legionpy needs a "
+                             "batch dim followed by static dims: export with fixed sizes")
+        elem = vi.type.tensor_type.elem_type
+        dtype = "int32" if elem in (6, 7) else "float32"  # INT32, INT64: token ids
+        imp.names.add(vi.name)
+        imp.values[vi.name] = m.input(tuple(dims[1:]), dtype=dtype, name=vi.name)
+    from .onnx_lstm import fuse_erf_gelu
+
+    consts_seen = dict(consts)
+    for node in g.node:
+        if node.op_type == "Constant":
+            consts_seen[node.output[0]] = _constant(node)
+    poisoned: set[str] = set()
+    for node in fuse_erf_gelu(list(g.node), consts_seen):
+        if any(i and i in poisoned for i in node.input):  # after an unsupported node
+            poisoned.update(node.output)
+            if node.op_type not in HANDLERS and node.op_type not in SHAPE_OPS:
+                imp.unsupported.setdefault(node.op_type, []).append((node.name or "?", ""))
+            continue
+        ins = [imp.values.get(i) if i else None for i in node.input]
+        if node.op_type == "Constant":
+            imp.values[node.output[0]] = _constant(node)
+            continue
+        if node.op_type == "Shape" and ins[0] is not None:
+            imp.values[node.output[0]] = _shape(node, ins[0])
+            continue
+        if ins and all(x is None or isinstance(x, np.ndarray) for x in ins) and \
+                any(isinstance(x, np.ndarray) for x in ins):
+            try:
+                for o, v in zip(node.output, _fold(node, ins, opset)):
+                    imp.values[o] = v
+                continue
+            except Exception as e:  # noqa: BLE001 - reported with the node below
+                reason = f"constant folding failed: {e}"
+        else:
+            handler = HANDLERS.get(node.op_type)
+            if handler is not None:
+                try:
+                    outs = handler(imp, node, ins)
+                    for o, v in zip(node.output, outs):
+                        if o:
+                            imp.values[o] = v
+                    continue
+                except Unsupported as e:
+                    reason = str(e)
+            else:
+                reason = ""
+        imp.unsupported.setdefault(node.op_type, []).append((node.name or "?", reason))
+        poisoned.update(node.output)
+    if imp.unsupported:
+        raise UnsupportedOperatorError(_report(g.name, imp.unsupported))
+    return _finish(imp, g, add_softmax)
+
+
+def _constant(node: Any) -> np.ndarray:
+    from onnx import helper, numpy_helper
+
+    for a in node.attribute:
+        if a.name == "value":
+            return numpy_helper.to_array(a.t)
+        v = helper.get_attribute_value(a)
+        if a.name.startswith("value_"):
+            return np.asarray(v, np.float32 if "float" in a.name else np.int64)
+    raise Unsupported("Constant without a value")
+
+
+def _shape(node: Any, v: Any) -> np.ndarray:
+    s = v.shape if not isinstance(v, np.ndarray) else v.shape
+    start = end = None
+    for a in node.attribute:
+        if a.name == "start":
+            start = a.i
+        elif a.name == "end":
+            end = a.i
+    return np.asarray(s[start:end], np.int64)
+
+
+def _report(graph: str, bad: dict) -> str:
+    from .onnx_ops import HANDLERS
+
+    lines = [f"ONNX graph {graph!r} uses {len(bad)} operator type(s) legionpy cannot "
+             "import (nothing was built):"]
+    for op, nodes in sorted(bad.items()):
+        shown = ", ".join(n for n, _ in nodes[:8]) + (" ..." if len(nodes) > 8 else "")
+        why = sorted({r for _, r in nodes if r})
+        lines.append(f"  {op}: {len(nodes)} node(s): {shown}" + (f" ({'; '.join(why)})"
+                                                                 if why else ""))
+    lines.append(f"supported: {', '.join(sorted(HANDLERS))}; export the model without the "
+                 "others (or replace them by supported ones) and import again")
+    return "\n".join(lines)
+
+
+def _finish(imp: Importer, g: Any, add_softmax: bool) -> Any:
+    from ..ops import TensorRef
+
+    m = imp.model
+    if len(g.output) != 1:
+        raise ModelError(f"ONNX graph {g.name!r} has {len(g.output)} outputs; legionpy models "
+                         "have one (export the one the loss applies to)")
+    try:
+        out = imp.act(g.output[0].name, "the output")
+    except Unsupported as e:
+        raise ModelError(f"ONNX output {g.output[0].name!r}: {e}") from None
+    if not isinstance(out, TensorRef):
+        raise ModelError(f"ONNX output {g.output[0].name!r} is not a batch-first activation")
+    if out.view is not None or out.op is not m.graph.ops[-1]:
+        out = m.reshape(out, out.shape[1:], name=f"{g.output[0].name}.out")
+    if add_softmax and out.op.kind != "softmax":
+        out = m.softmax(out, name="softmax")
+    m.outputs = out
+    return m

@@ -1,0 +1,474 @@
+"""Handlers of the ONNX operators legionpy imports: ``HANDLERS[op_type](imp,
+node, inputs) -> [output values]`` (see :mod:`legionpy.frontends.onnx_import`
+for the values). A handler raises :class:`Unsupported` with the reason when
+a node uses a form legionpy cannot express (asymmetric padding, a Reshape
+that moves the batch dim, ...); the import then reports it with the others.
+
+Weight layouts: ONNX Conv weights are legionpy's (Cout, Cin/g, kh, kw);
+Gemm/MatMul weights become dense ``weight`` (in, units); ONNX LSTM gates
+``i, o, f, c`` are reordered to legionpy's ``i, f, g, o`` and the two bias
+vectors summed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..ops import Parameter
+from . import onnx_layout as L
+from .onnx_import import Stack, Unsupported
+
+__all__ = ["HANDLERS", "set_param"]
+
+HANDLERS: dict[str, Any] = {}
+
+
+def handles(*types: str):
+    def deco(fn):
+        for t in types:
+            HANDLERS[t] = fn
+        return fn
+    return deco
+
+
+def attrs(node: Any) -> dict:
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def set_param(ref_or_ops: Any, pname: str, value: np.ndarray) -> None:
+    """Give parameter ``pname`` of the op(s) the imported ``value``."""
+    ops = ref_or_ops if isinstance(ref_or_ops, list) else [ref_or_ops.op]
+    old = ops[0].params[pname]
+    value = np.ascontiguousarray(value, dtype=np.float32)
+    if value.shape != old.shape:
+        raise Unsupported(f"{pname} of shape {value.shape}, expected {old.shape}")
+    p = Parameter(old.name, old.shape, {"kind": "array", "value": value}, old.dtype)
+    for op in ops:
+        op.params[pname] = p
+
+
+def _axis(a: int, ndim: int) -> int:
+    return a + ndim if a < 0 else a
+
+
+def _sym_pads(pads: list, what: str) -> tuple[int, int]:
+    if not pads:
+        return 0, 0
+    if len(pads) != 4 or pads[0] != pads[2] or pads[1] != pads[3]:
+        raise Unsupported(f"{what}: asymmetric pads {pads}")
+    return pads[0], pads[1]
+
+
+# -- convolution, pooling, normalisation ----------------------------------------------
+@handles("Conv")
+def _conv(imp, node, ins):
+    a, x = attrs(node), imp.act(node.input[0])
+    w = imp.const(node.input[1], "Conv weight")
+    if w.ndim != 4 or x.ndim != 4:
+        raise Unsupported("only 2-D convolutions")
+    if any(d != 1 for d in a.get("dilations", [1, 1])):
+        raise Unsupported(f"dilations {a['dilations']}")
+    if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        raise Unsupported("auto_pad")
+    b = imp.const(node.input[2], "Conv bias") if len(node.input) > 2 and node.input[2] else None
+    t = imp.model.conv2d(x, w.shape[0], tuple(w.shape[2:]), stride=tuple(a.get("strides",
+                                                                               [1, 1])),
+                         padding=_sym_pads(a.get("pads"), "Conv"), groups=a.get("group", 1),
+                         bias=b is not None, name=imp.name(node))
+    set_param(t, "weight", w)
+    if b is not None:
+        set_param(t, "bias", b)
+    return [t]
+
+
+@handles("MaxPool", "AveragePool")
+def _pool(imp, node, ins):
+    a, x = attrs(node), imp.act(node.input[0])
+    if a.get("ceil_mode", 0) or any(d != 1 for d in a.get("dilations", [1, 1])):
+        raise Unsupported("ceil_mode or dilations")
+    pads = _sym_pads(a.get("pads"), node.op_type)
+    avg = node.op_type == "AveragePool"
+    if avg and any(pads) and a.get("count_include_pad", 0):
+        raise Unsupported("count_include_pad=1 with padding")
+    if len(node.output) > 1 and node.output[1]:
+        raise Unsupported("MaxPool indices output")
+    return [imp.model.pool2d(x, tuple(a["kernel_shape"]), tuple(a.get("strides", [1, 1])),
+                             pads, "avg" if avg else "max", name=imp.name(node))]
+
+
+@handles("GlobalAveragePool")
+def _gap(imp, node, ins):
+    x = imp.act(node.input[0])
+    if x.ndim != 4:
+        raise Unsupported("only NCHW input")
+    return [imp.model.pool2d(x, x.shape[2:], 1, 0, "avg", name=imp.name(node))]
+
+
+@handles("BatchNormalization")
+def _bn(imp, node, ins):
+    a, x = attrs(node), imp.act(node.input[0])
+    gamma, beta, mean, var = (imp.const(n, "BatchNormalization " + w) for n, w in
+                              zip(node.input[1:5], ("scale", "B", "mean", "var")))
+    if len([o for o in node.output if o]) > 1:
+        raise Unsupported("training-mode outputs")
+    t = imp.model.batch_norm(x, momentum=1.0 - a.get("momentum", 0.9),
+                             eps=a.get("epsilon", 1e-5), name=imp.name(node))
+    set_param(t, "gamma", gamma)
+    set_param(t, "beta", beta)
+    t.op.initial_state = {"running_mean": mean.astype(np.float32),
+                          "running_var": var.astype(np.float32)}
+    return [t]
+
+
+@handles("LayerNormalization")
+def _ln(imp, node, ins):
+    a, x = attrs(node), imp.lay(node.input[0])
+    if _axis(a.get("axis", -1), x.ndim) != x.ndim - 1:
+        raise Unsupported(f"axis {a.get('axis')} (only the last dim)")
+    x = L.as_last_dim(imp, node, x)
+    t = imp.model.layer_norm(x.base, eps=a.get("epsilon", 1e-5), name=imp.name(node))
+    set_param(t, "gamma", imp.const(node.input[1], "LayerNormalization scale"))
+    beta = imp.const(node.input[2], "B") if len(node.input) > 2 and node.input[2] else \
+        np.zeros(x.shape[-1], np.float32)
+    set_param(t, "beta", beta)
+    return [L.value(L.relayout(x, t))]
+
+
+# -- dense ----------------------------------------------------------------------------
+def _dense(imp, node, v, units, bias):
+    """A dense layer over the last ONNX axis of value ``v`` (any layout)."""
+    x = L.as_last_dim(imp, node, L.lay(v))
+    t = imp.model.dense(x.base, units, bias=bias, name=imp.name(node))
+    return t, L.relayout(x, t, units)
+
+
+@handles("Gemm")
+def _gemm(imp, node, ins):
+    a, v = attrs(node), imp.lay(node.input[0])
+    if a.get("transA", 0) or v.ndim != 2:
+        raise Unsupported("transA or a non-2-D input")
+    w = imp.const(node.input[1], "Gemm B") * a.get("alpha", 1.0)
+    w = w.T if a.get("transB", 0) else w
+    c = imp.const(node.input[2], "Gemm C") * a.get("beta", 1.0) \
+        if len(node.input) > 2 and node.input[2] else None
+    if c is not None and c.size not in (1, w.shape[1]):
+        raise Unsupported(f"C of shape {c.shape}")
+    t, out = _dense(imp, node, v, w.shape[1], c is not None)
+    set_param(t, "weight", w)
+    if c is not None:
+        set_param(t, "bias", np.broadcast_to(c.reshape(-1), (w.shape[1],)))
+    return [L.value(out)]
+
+
+@handles("MatMul")
+def _matmul(imp, node, ins):
+    a, b = ins
+    if isinstance(b, np.ndarray):
+        if b.ndim != 2:
+            raise Unsupported("a constant right operand that is not 2-D")
+        t, out = _dense(imp, node, imp.lay(node.input[0]), b.shape[1], False)
+        set_param(t, "weight", b)
+        return [L.value(out)]
+    a, b = imp.lay(node.input[0]), imp.lay(node.input[1])
+    if a.ndim < 3 or a.ndim != b.ndim or a.shape[:-2] != b.shape[:-2]:
+        raise Unsupported(f"activation operands of shapes {a.shape} and {b.shape}")
+    a, b = L.materialize(imp, node, a), L.materialize(imp, node, b)
+    lead = [[a.size[x] for x in g] + [a.batch in g] for g in a.groups[:-2]]
+    if lead != [[b.size[x] for x in g] + [b.batch in g] for g in b.groups[:-2]] or \
+            any(a.batch in g for g in a.groups[-2:]) or any(b.batch in g for g in b.groups[-2:]):
+        raise Unsupported(f"operands {a.shape} and {b.shape} with the batch in different axes")
+    t = imp.model.batch_matmul(a.base, b.base, name=imp.name(node))
+    return [L.value(L.relayout(a, t, b.shape[-1]))]
+
+
+# -- element-wise ---------------------------------------------------------------------
+@handles("Relu", "Tanh", "Sigmoid")
+def _unary(imp, node, ins):
+    f = {"Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid"}[node.op_type]
+    return [_elementwise(imp, node, lambda r: getattr(imp.model, f)(r, name=imp.name(node)))]
+
+
+def _elementwise(imp, node, fn):
+    """``fn`` on the base of input 0 (any layout; the layout is kept)."""
+    x = imp.lay(node.input[0])
+    return L.value(L.relayout(x, fn(x.base)))
+
+
+@handles("Gelu")
+def _gelu(imp, node, ins):
+    appr = attrs(node).get("approximate", b"none")
+    appr = appr.decode() if isinstance(appr, bytes) else appr
+    return [_elementwise(imp, node, lambda r: imp.model.gelu(r, approximate=appr,
+                                                             name=imp.name(node)))]
+
+
+@handles("Identity")
+def _identity(imp, node, ins):
+    return [ins[0]]
+
+
+@handles("Cast")
+def _cast(imp, node, ins):
+    to = attrs(node)["to"]
+    x = ins[0]
+    floats, ints = (1, 10, 11, 16), (6, 7)  # FLOAT, FLOAT16, DOUBLE, BFLOAT16; INT32, INT64
+    kind = floats if getattr(x, "dtype", "float32").startswith("float") else ints
+    if to not in kind:
+        raise Unsupported(f"a cast between float and integer tensors (to={to})")
+    return [x]
+
+
+@handles("Dropout")
+def _dropout(imp, node, ins):
+    rate = attrs(node).get("ratio", 0.5)
+    if len(node.input) > 1 and node.input[1]:
+        rate = float(imp.const(node.input[1], "Dropout ratio"))
+    if len(node.output) > 1 and node.output[1]:
+        raise Unsupported("the mask output")
+    if rate <= 0:
+        return [ins[0]]
+    return [_elementwise(imp, node, lambda r: imp.model.dropout(r, rate, name=imp.name(node)))]
+
+
+def _const_operand(imp, node, ins):
+    """``(activation, constant, constant is first)`` of a binary node."""
+    if isinstance(ins[1], np.ndarray):
+        return imp.lay(node.input[0]), ins[1], False
+    if isinstance(ins[0], np.ndarray):
+        return imp.lay(node.input[1]), ins[0], True
+    return None, None, False
+
+
+def _bias(imp, node, x, c):
+    """``x + c`` for a constant broadcast over x's leading axes (any layout)."""
+    c = np.asarray(c, np.float32)
+    while c.ndim > 1 and c.shape[0] == 1:
+        c = c[0]
+    k = c.ndim
+    if k >= x.ndim or tuple(x.shape[x.ndim - k:]) != c.shape:
+        raise Unsupported(f"a constant of shape {c.shape} that does not cover the trailing "
+                          f"axes of {x.shape}")
+    if x.groups[-k:] != x.dims[-k:] or any(x.batch in g for g in x.groups[-k:]):
+        x = L.materialize(imp, node, x)
+        if x.groups[-k:] != x.dims[-k:]:
+            raise Unsupported(f"a constant over the batch axis of {x.shape}")
+    t = imp.model.add_bias(x.base, ndim=k, name=imp.name(node))
+    set_param(t, "bias", c)
+    return L.value(L.relayout(x, t))
+
+
+@handles("Add", "Sub")
+def _add(imp, node, ins):
+    x, c, first = _const_operand(imp, node, ins)
+    sub = node.op_type == "Sub"
+    if x is None:
+        a, b = _pair(imp, node)
+        if sub:
+            b = imp.model.scale(b, -1.0, name=imp.name(node, ".neg"))
+        return [L.value(L.relayout(a, imp.model.add(a.base, b, name=imp.name(node))))]
+    if sub and first:
+        raise Unsupported("a constant minus an activation")
+    return [_bias(imp, node, x, -c if sub else c)]
+
+
+@handles("Mul", "Div")
+def _mul(imp, node, ins):
+    x, c, first = _const_operand(imp, node, ins)
+    if x is None:
+        if node.op_type == "Div":
+            raise Unsupported("division of two activations")
+        a, b = _pair(imp, node)
+        return [L.value(L.relayout(a, imp.model.multiply(a.base, b, name=imp.name(node))))]
+    if c.size != 1 or (first and node.op_type == "Div"):
+        raise Unsupported("only a scalar constant factor")
+    alpha = float(c.reshape(-1)[0])
+    alpha = 1.0 / alpha if node.op_type == "Div" else alpha
+    return [L.value(L.relayout(x, imp.model.scale(x.base, alpha, name=imp.name(node))))]
+
+
+def _pair(imp, node):
+    """Two activation operands of one shape, in one layout: ``(Lay, base ref)``."""
+    a, b = imp.lay(node.input[0]), imp.lay(node.input[1])
+    if a.shape != b.shape:
+        raise Unsupported(f"broadcasting {a.shape} and {b.shape}")
+    if a.groups != b.groups or a.dims != b.dims:
+        a, b = L.materialize(imp, node, a), L.materialize(imp, node, b)
+        if a.base.shape != b.base.shape:
+            raise Unsupported(f"operands {a.shape} with the batch in different axes")
+    return a, b.base
+
+
+@handles("Softmax")
+def _softmax(imp, node, ins):
+    x = imp.lay(node.input[0])
+    ax = _axis(attrs(node).get("axis", -1), x.ndim)
+    if ax != x.ndim - 1:
+        raise Unsupported(f"axis {ax} (only the last dim)")
+    last = node.output[0] in imp.outputs
+    x = L.as_last_dim(imp, node, x)
+    return [L.value(L.relayout(x, imp.model.softmax(x.base, loss=last, name=imp.name(node))))]
+
+
+# -- shapes ---------------------------------------------------------------------------
+@handles("Flatten")
+def _flatten(imp, node, ins):
+    x = imp.act(node.input[0])
+    if _axis(attrs(node).get("axis", 1), x.ndim) != 1:
+        raise Unsupported("axis other than 1")
+    return [x if x.ndim == 2 and x.view is None else imp.model.flat(x, name=imp.name(node))]
+
+
+def _reshape_to(imp, node, x, shape):
+    shape = tuple(int(s) for s in shape)
+    if shape == tuple(x.shape) and x.view is None:
+        return x
+    return imp.model.reshape(x, shape[1:], name=imp.name(node))
+
+
+@handles("Reshape")
+def _reshape(imp, node, ins):
+    x = imp.lay(node.input[0])
+    target = L.resolve_target(x, imp.const(node.input[1], "Reshape shape"), imp.export_batch)
+    return [L.value(L.reshape(x, target))]
+
+
+def _axes(imp, node, ins, ndim):
+    a = attrs(node).get("axes")
+    if a is None and len(node.input) > 1 and node.input[1]:
+        a = imp.const(node.input[1], "axes")
+    return sorted(_axis(int(v), ndim) for v in (a if a is not None else []))
+
+
+@handles("Squeeze")
+def _squeeze(imp, node, ins):
+    v = ins[0]
+    if isinstance(v, Stack):
+        axes = _axes(imp, node, ins, len(v.shape))
+        if axes == [1] and v.unit:
+            return [Stack(v.items)]
+        if axes == [0] and len(v.items) == 1 and not v.unit:
+            return [v.items[0]]
+        raise Unsupported(f"squeezing axes {axes} of a time-major {v.shape}")
+    x = imp.lay(node.input[0])
+    axes = _axes(imp, node, ins, x.ndim) or [i for i, s in enumerate(x.shape) if s == 1]
+    return [L.value(L.squeeze(x, axes))]
+
+
+@handles("Unsqueeze")
+def _unsqueeze(imp, node, ins):
+    v = ins[0]
+    if isinstance(v, Stack):
+        raise Unsupported("unsqueezing a time-major tensor")
+    x = imp.lay(node.input[0])
+    n = len(attrs(node).get("axes", [])) or (len(imp.const(node.input[1], "axes"))
+                                             if len(node.input) > 1 else 1)
+    axes = _axes(imp, node, ins, x.ndim + n)
+    if axes == [0] and not isinstance(v, L.Lay):
+        return [Stack([v])]
+    return [L.value(L.unsqueeze(x, axes))]
+
+
+@handles("Transpose")
+def _transpose(imp, node, ins):
+    v = ins[0]
+    ndim = len(v.shape)
+    perm = tuple(attrs(node).get("perm", range(ndim - 1, -1, -1)))
+    if isinstance(v, Stack):
+        if v.unit or perm[:2] != (1, 0) or perm[2:] != tuple(range(2, ndim)):
+            raise Unsupported(f"perm {perm} of a time-major {v.shape}")
+        return [_seq_to_batch(imp, node, v.items)]
+    return [L.value(L.transpose(imp.lay(node.input[0]), perm))]
+
+
+def _seq_to_batch(imp, node, items):
+    """(T, N, ...) steps -> one (N, T, ...) activation."""
+    rest = tuple(items[0].shape[1:])
+    cat = imp.model.concat(items, axis=1, name=imp.name(node, ".steps"))
+    return imp.model.reshape(cat, (len(items),) + rest, name=imp.name(node))
+
+
+@handles("Concat")
+def _concat(imp, node, ins):
+    ax = attrs(node)["axis"]
+    if all(isinstance(v, Stack) for v in ins):
+        if _axis(ax, len(ins[0].shape)) != 0 or len({v.unit for v in ins}) != 1:
+            raise Unsupported("concatenating time-major tensors along a non-leading axis")
+        return [Stack([r for v in ins for r in v.items], ins[0].unit)]
+    xs = [imp.act(n) for n in node.input]
+    ax = _axis(ax, xs[0].ndim)
+    if ax == 0:
+        raise Unsupported("concatenating along the batch dim")
+    return [imp.model.concat(xs, axis=ax, name=imp.name(node))]
+
+
+@handles("Split")
+def _split(imp, node, ins):
+    a, x = attrs(node), imp.lay(node.input[0])
+    ax = _axis(a.get("axis", 0), x.ndim)
+    sizes = a.get("split")
+    if sizes is None and len(node.input) > 1 and node.input[1]:
+        sizes = imp.const(node.input[1], "split")
+    if sizes is None:
+        k = a.get("num_outputs", len(node.output))
+        sizes = [-(-x.shape[ax] // k)] * (k - 1)
+        sizes.append(x.shape[ax] - sum(sizes))
+    outs, start = [], 0
+    for i, s in enumerate(int(v) for v in sizes):
+        sub = type(node)()
+        sub.CopyFrom(node)
+        sub.name = f"{node.name}.{i}"
+        outs.append(L.value(L.take(imp, sub, x, ax, start, start + s, keep=True)))
+        start += s
+    return outs
+
+
+@handles("Slice")
+def _slice(imp, node, ins):
+    v = ins[0]
+    starts, ends = (imp.const(n, "Slice " + w) for n, w in zip(node.input[1:3],
+                                                              ("starts", "ends")))
+    ndim = len(v.shape)
+    axes = imp.const(node.input[3], "axes") if len(node.input) > 3 and node.input[3] \
+        else np.arange(len(starts))
+    steps = imp.const(node.input[4], "steps") if len(node.input) > 4 and node.input[4] \
+        else np.ones(len(starts), np.int64)
+    if len(axes) != 1 or int(steps[0]) != 1:
+        raise Unsupported("more than one axis, or a step other than 1")
+    ax, n = _axis(int(axes[0]), ndim), v.shape[_axis(int(axes[0]), ndim)]
+    lo, hi = (int(np.clip(s + n if s < 0 else s, 0, n)) for s in (int(starts[0]), int(ends[0])))
+    if isinstance(v, Stack):
+        if ax != 0:
+            raise Unsupported(f"slicing axis {ax} of a time-major tensor")
+        return [Stack(v.items[lo:hi], v.unit)]
+    return [L.value(L.take(imp, node, imp.lay(node.input[0]), ax, lo, hi, keep=True))]
+
+
+@handles("Gather")
+def _gather(imp, node, ins):
+    data, idx = ins
+    ax = attrs(node).get("axis", 0)
+    if isinstance(data, np.ndarray):  # an embedding table
+        ids = imp.act(node.input[1], "Gather indices")
+        if data.ndim != 2 or ax != 0:
+            raise Unsupported("a constant table that is not (vocab, dim) gathered on axis 0")
+        t = imp.model.embedding(ids, data.shape[0], data.shape[1], name=imp.name(node))
+        set_param(t, "weight", data)
+        return [t]
+    i = imp.const(node.input[1], "Gather indices")
+    if i.ndim != 0:
+        raise Unsupported("non-scalar indices into an activation")
+    if isinstance(data, Stack):
+        if _axis(ax, len(data.shape)) != 0:
+            raise Unsupported("gathering a non-leading axis of a time-major tensor")
+        return [data.items[int(i)]]
+    x = imp.lay(node.input[0])
+    ax = _axis(ax, x.ndim)
+    k = int(i) % x.shape[ax]
+    return [L.value(L.take(imp, node, x, ax, k, k + 1, keep=False))]
+
+
+from . import onnx_lstm  # noqa: E402,F401  (registers LSTM and the erf GELU pattern)

@@ -1,0 +1,94 @@
+"""Tile kernels of the sequence operators (:mod:`legionpy.ops.sequence`),
+registered in :mod:`legionpy.ops.execute`'s registry; same conventions:
+``forward(op, t)`` returns the output tile, ``backward(op, t, y, dy)`` the
+input gradients over their input rects and the parameter gradients over
+their weight rects (partial sums where tiles share a rect)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import kernels as K
+from .execute import tile_kernel
+
+
+@tile_kernel("layer_norm")
+class _LayerNorm:
+    @staticmethod
+    def forward(op, t):
+        y, t.cache["ln"] = K.layer_norm_forward(t.xs[0], t.ws["gamma"], t.ws["beta"],
+                                                op.attrs.get("eps", 1e-5))
+        return y
+
+    @staticmethod
+    def backward(op, t, y, dy):
+        dx, dg, db = K.layer_norm_backward(dy, t.cache["ln"], t.ws["gamma"])
+        return [dx], {"gamma": dg, "beta": db}
+
+
+@tile_kernel("transpose")
+class _Transpose:
+    @staticmethod
+    def forward(op, t):
+        return np.ascontiguousarray(np.transpose(t.xs[0], op.attrs["perm"]))
+
+    @staticmethod
+    def backward(op, t, y, dy):
+        return [np.transpose(dy, np.argsort(op.attrs["perm"]))], {}
+
+
+@tile_kernel("slice")
+class _Slice:
+    @staticmethod
+    def forward(op, t):
+        return t.xs[0].copy()
+
+    @staticmethod
+    def backward(op, t, y, dy):
+        return [dy], {}
+
+
+@tile_kernel("scale")
+class _Scale:
+    @staticmethod
+    def forward(op, t):
+        x = t.xs[0]
+        return x * x.dtype.type(op.attrs["alpha"])
+
+    @staticmethod
+    def backward(op, t, y, dy):
+        return [dy * dy.dtype.type(op.attrs["alpha"])], {}
+
+
+@tile_kernel("add_bias")
+class _AddBias:
+    @staticmethod
+    def forward(op, t):
+        return t.xs[0] + t.ws["bias"]
+
+    @staticmethod
+    def backward(op, t, y, dy):
+        k = int(op.attrs["ndim"])
+        return [dy], {"bias": dy.sum(axis=tuple(range(dy.ndim - k)))}
+
+
+def sinusoid(rows: range, cols: range, d_model: int, xp=np) -> np.ndarray:
+    """The sinusoidal positional table ``PE[rows, cols]`` of width ``d_model``."""
+    pos = xp.arange(rows.start, rows.stop, dtype=np.float64)[:, None]
+    c = xp.arange(cols.start, cols.stop)
+    ang = pos / xp.power(10000.0, (c - c % 2) / float(d_model))[None, :]
+    return xp.where(c % 2 == 0, xp.sin(ang), xp.cos(ang))
+
+
+@tile_kernel("positional_encoding")
+class _Positional:
+    @staticmethod
+    def forward(op, t):
+        x, o = t.xs[0], t.out
+        pe = sinusoid(range(o.lo[1], o.hi[1]), range(o.lo[2], o.hi[2]), op.output_shape[2],
+                      K.array_module(x))
+        return x + pe.astype(x.dtype)[None]
+
+    @staticmethod
+    def backward(op, t, y, dy):
+        return [dy], {}
