@@ -7,7 +7,8 @@ the whole round (two launches, the copy, a fence) per iteration, and raw is
 a numpy Send on rank 0 + Recv on rank 1 (buffer protocol) of the same
 bytes, plus a barrier. The copy's cost is the round minus the same round
 without a copy (both tasks on rank 0). Prints ms, the ratio copy/raw and
-the per-copy overhead (copy - raw) in microseconds.
+the per-copy overhead (copy - raw) in microseconds; then the same rounds
+replayed from a trace, whose copy is a persistent MPI request.
 """
 
 from __future__ import annotations
@@ -71,6 +72,21 @@ def region(nbytes: int, reps: int, copy: bool = True) -> float:
     return float(np.median(rounds[2:]))
 
 
+def traced(nbytes: int, reps: int, copy: bool = True) -> float:
+    """``region`` with the two launches in a replayed trace (the copy a
+    persistent MPI request started by the replay)."""
+    R = lp.Region((max(nbytes // 8, 1),), {"x": np.float64}, name=f"T{nbytes}")
+    rounds = []
+    for _ in range(reps + 3):
+        t0 = time.perf_counter()
+        with lp.trace(f"t{nbytes}{copy}"):
+            produce(R, launch_options=ON0)
+            consume(R, launch_options=ON1 if copy else ON0)
+        lp.fence()
+        rounds.append(time.perf_counter() - t0)
+    return float(np.median(rounds[3:]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=20)
@@ -84,12 +100,23 @@ def main() -> None:
         r = raw(nbytes, reps)
         g = region(nbytes, reps)
         rows.append((nbytes, r, g))
+    tbase = traced(8, a.reps, copy=False)
+    trows = []
+    for nbytes in (8, 1 << 20, 64 << 20):
+        reps = a.reps if nbytes < (64 << 20) else max(a.reps // 4, 3)
+        trows.append((nbytes, dict((n, r) for n, r, _ in rows)[nbytes], traced(nbytes, reps)))
     if comm.rank == 0:
         print(f"round without a copy (2 launches + fence): {base * 1e3:.3f} ms")
         print(f"{'bytes':>10} {'raw ms':>9} {'round ms':>9} {'copy ms':>8} {'ratio':>6} "
               f"{'overhead us':>12}")
         for nbytes, r, g in rows:
             c = g - base  # the copy's share of the round
+            print(f"{nbytes:>10} {r * 1e3:9.3f} {g * 1e3:9.3f} {c * 1e3:8.3f} {c / r:6.2f} "
+                  f"{(c - r) * 1e6:12.1f}")
+        print(f"replayed trace (persistent requests); round without a copy: "
+              f"{tbase * 1e3:.3f} ms  (target: copy <= 1.5x raw at 1 MiB, <= 3x at 8 B)")
+        for nbytes, r, g in trows:
+            c = g - tbase
             print(f"{nbytes:>10} {r * 1e3:9.3f} {g * 1e3:9.3f} {c * 1e3:8.3f} {c / r:6.2f} "
                   f"{(c - r) * 1e6:12.1f}")
 

@@ -234,6 +234,10 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
                     imp.values[o] = v
                 continue
             except Exception as e:  # noqa: BLE001 - reported with the node below
+                uniform = _uniform_expand(node, ins)
+                if uniform is not None:  # a baked batch size meets the model's
+                    imp.values[node.output[0]] = uniform
+                    continue
                 reason = f"constant folding failed: {e}"
         else:
             handler = HANDLERS.get(node.op_type)
@@ -253,6 +257,19 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
     if imp.unsupported:
         raise UnsupportedOperatorError(_report(g.name, imp.unsupported))
     return _finish(imp, g, add_softmax)
+
+
+def _uniform_expand(node: Any, ins: list) -> np.ndarray | None:
+    """``Expand`` of a constant holding one value (an LSTM's zero initial
+    state) to a shape taken from the model's batch, when the constant was
+    built for the exported batch size: that value over the new shape."""
+    if node.op_type != "Expand" or len(ins) != 2 or ins[0].size == 0:
+        return None
+    data, shape = ins
+    flat = data.reshape(-1)
+    if not np.all(flat == flat[0]):
+        return None
+    return np.full(tuple(int(s) for s in shape), flat[0], dtype=data.dtype)
 
 
 def _constant(node: Any) -> np.ndarray:

@@ -116,7 +116,9 @@ def resolve_target(x: Lay, target, export_batch: int | None) -> list[int]:
     shape, t = x.shape, list(target)
     t = [shape[j] if v == 0 else v for j, v in enumerate(t)]
     n = x.size[x.batch]
-    if export_batch and export_batch != n:
+    known = math.prod(v for v in t if v != -1)
+    fits = math.prod(shape) % known == 0 if -1 in t else known == math.prod(shape)
+    if export_batch and export_batch != n and not fits:  # computed from the real shape: keep
         seq = [a for g in x.groups for a in g]
         before = math.prod(x.size[a] for a in seq[:seq.index(x.batch)])
         cum = 1

@@ -325,10 +325,12 @@ def _reshape_m(ctx, node):
     x = _act(ctx, node.args[0])
     shape = node.args[1:] if not isinstance(node.args[1], (tuple, list)) else node.args[1]
     shape = [ctx.arg(s) for s in shape]
-    out = _shape(node)
-    if len(shape) == 0 or out[0] != x.shape[0]:
+    out, src = _shape(node), _shape(node.args[0])  # at the example's batch
+    if len(shape) == 0 or out[0] != src[0]:
         raise Unsupported(f"a view to {out} that moves the batch dim")
-    return x if tuple(out) == x.shape else ctx.model.reshape(x, out[1:], name=ctx.name(node))
+    if tuple(out[1:]) == tuple(x.shape[1:]):
+        return x
+    return ctx.model.reshape(x, tuple(out[1:]), name=ctx.name(node))
 
 
 def _permute(ctx, node):

@@ -750,6 +750,10 @@ class Runtime:
             pass
         self._write_trace()
         self.sched.executor.close()
+        if self.repl is not None:
+            for req in self.repl.persistent:
+                req.Free()
+            self.repl.persistent.clear()
         if self.executor == "threads":
             limit_blas(None)
 

@@ -79,6 +79,7 @@ class Replicator:
         self.log: list[str] = []
         self.fences = 0
         self.launched = 0  # ops below this id are registered (futures can be served)
+        self.persistent: list = []  # persistent requests of recorded traces (freed at exit)
         cl.bind(rt.sched, lambda: self.launched)
 
     # -- ownership ---------------------------------------------------------------------
@@ -124,12 +125,8 @@ class Replicator:
         if role == "local":
             def fn(op: Op) -> None:
                 inst.run_copy(c, root, field)
-        elif role == "send":
-            def fn(op: Op) -> None:
-                self._send(c, root, field, peers)
-        elif role == "recv":
-            def fn(op: Op) -> None:
-                self._recv(c, root, field, peers[0])
+        elif role in ("send", "recv"):
+            fn = _Transfer(self, role, c, root, field, peers)
         else:
             fn = None
         op = Op(c.id, "copy", f"{root.name}.{field}", (c.src, c.dst), fn)
@@ -312,6 +309,55 @@ class Replicator:
         self.chain.clear()
         self.sent.clear()
         self.cl.new_epoch()
+
+
+class _Transfer:
+    """The body of a cross-rank copy: ``role`` "send" or "recv" of copy
+    ``c`` with ``peers``. A trace keeps it for its replays and asks
+    :meth:`persistent` for a version that reuses one persistent MPI request
+    (``Send_init`` / ``Recv_init``, started by each replay) where the data
+    is one contiguous slice of a host instance, which never moves: no
+    request set-up per copy."""
+
+    __slots__ = ("repl", "role", "c", "root", "field", "peers")
+
+    def __init__(self, repl: Replicator, role: str, c: Any, root: Any, field: str,
+                 peers: list[int]) -> None:
+        self.repl, self.role, self.c, self.root, self.field, self.peers = (
+            repl, role, c, root, field, peers)
+
+    def __call__(self, op: Op) -> None:
+        if self.role == "send":
+            self.repl._send(self.c, self.root, self.field, self.peers)
+        else:
+            self.repl._recv(self.c, self.root, self.field, self.peers[0])
+
+    def persistent(self) -> Any:
+        """A body with a persistent request, or ``self`` where none fits."""
+        c, repl = self.c, self.repl
+        if c.more or c.buffer is not None or c.src == HOST or c.dst == HOST \
+                or len(self.peers) != 1:
+            return self
+        mem = c.src if self.role == "send" else c.dst
+        arr = repl.rt.instances.instance(mem, self.root, self.field)
+        if type(arr) is not np.ndarray:
+            return self
+        view = arr[c.rect.to_slices()]
+        if not view.flags.c_contiguous:
+            return self
+        cl = repl.cl
+        tag = cl.tag(c.id)
+        if self.role == "send":
+            req = cl.data.Send_init(view, dest=self.peers[0], tag=tag)
+        else:
+            req = cl.data.Recv_init(view, source=self.peers[0], tag=tag)
+        repl.persistent.append(req)
+        what = f"copy {c.id} of {self.root.name}.{self.field} ({self.role}, persistent)"
+
+        def run(op: Op, _req: Any = req, _view: Any = view) -> None:
+            _req.Start()
+            cl.wait([_req], lambda: what)
+        return run
 
 
 def describe_args(args: tuple) -> str:

@@ -138,6 +138,31 @@ class Scheduler:
             op.state = READY
         self._release([op])
 
+    def submit_many(self, batch: list[tuple[Op, list[Op]]]) -> None:
+        """``submit`` for each ``(op, deps)`` in order, under one lock (a
+        trace replay's ops; no recorder is active then)."""
+        ready = []
+        with self.lock:
+            self.outstanding += len(batch)
+            for op, deps in batch:
+                failed = None
+                n = 0
+                for d in deps:
+                    st = d.state
+                    if st < DONE:
+                        d.succ.append(op)
+                        n += 1
+                    elif st == FAILED:
+                        failed = d
+                op.npending = n
+                if failed is not None and op.error is None:
+                    op.error = failed
+                if not n:
+                    op.state = READY
+                    ready.append(op)
+        if ready:
+            self._release(ready)
+
     def _release(self, ready: list[Op]) -> None:
         """Hand newly ready ops to the executor; skip failed and untimed ones.
         An op with no queue but a body (a trace replay's begin marker, which

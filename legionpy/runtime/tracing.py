@@ -119,7 +119,7 @@ class Template:
     """One recorded op: how to make it again."""
 
     __slots__ = ("rid", "kind", "name", "queue", "fn", "deps", "logical", "ext", "bytes",
-                 "point", "launch", "tag", "rank", "remote", "prev")
+                 "point", "launch", "tag", "rank", "remote", "prev", "waits", "futs")
 
     def __init__(self, op: Op, rid: int, deps: tuple, logical: tuple, ext: bool) -> None:
         self.rid = rid  # op id - recording base
@@ -130,6 +130,8 @@ class Template:
         self.bytes, self.point, self.launch, self.tag = op.bytes, op.point, op.launch, op.tag
         self.rank, self.remote = op.rank, op.remote
         self.prev = -1  # offset of the op before it on its queue (fixed replay order)
+        self.waits = deps  # what a replay waits for: deps, and prev in a fixed order
+        self.futs = isinstance(op.fn, PointBody) and bool(op.fn.fut_pos)
 
 
 class Item:
@@ -218,6 +220,8 @@ class Recording:
             for t in self.ops:
                 t.prev = -1
             return False
+        for t in self.ops:
+            t.waits = t.deps if t.prev < 0 else (*t.deps, t.prev)
         self.ordered = how
         return True
 
@@ -492,6 +496,10 @@ class Tracer:
         rt = self.rt
         if rec.ordered is None:
             self._fix_order(rec)
+            for t in rec.ops:  # cross-rank copies: persistent MPI requests, for the replays
+                make = getattr(t.fn, "persistent", None)
+                if make is not None:
+                    t.fn = make()
         begin_id = rt._new_id()
         base = rt._next_id
         rt._next_id = base + rec.count
@@ -510,34 +518,32 @@ class Tracer:
             rt.repl.note(f"replay {rec.name}")
 
     def _submit(self, item: Item) -> None:
-        """Submit the ops made by ``item`` (fixed-order edges included)."""
+        """Submit the ops made by ``item``, in one scheduler call."""
         rec, cur, rt = self.rec, self.cur, self.rt
-        submit, begin = rt.sched.submit, self.begin_op
-        delta = self.delta
-        fixed = rec.ordered in ("simulated", "recorded")
+        begin = self.begin_op
         repl = rt.repl
         ops = rec.ops
+        ids = rt.trace.enabled  # Op.deps only feed the trace records
+        batch = []
         for off in range(item.lo, item.hi):
             t = ops[off]
             op = cur[off]
             op.bytes, op.rank, op.remote = t.bytes, t.rank, t.remote
-            deps = [cur[d] for d in t.deps]
+            deps = [cur[d] for d in t.waits]
             if t.ext:
                 deps.append(begin)
-                op.deps = (begin.id, *(cur[d].id for d in t.logical))
-            else:
-                op.deps = tuple([cur[d].id for d in t.logical])
-            if fixed and t.prev >= 0:
-                deps.append(cur[t.prev])
-            if isinstance(t.fn, PointBody) and t.fn.fut_pos:
-                for p in t.fn.fut_pos:
-                    a = op.fn.args[p] if isinstance(p, int) else op.fn.kwargs[p]
-                    deps.append(a._op)
+            if ids:
+                op.deps = ((begin.id,) if t.ext else ()) + tuple([cur[d].id for d in t.logical])
+            if t.futs:
+                fn = op.fn
+                for p in fn.fut_pos:
+                    deps.append((fn.args[p] if isinstance(p, int) else fn.kwargs[p])._op)
             if repl is not None and not t.remote and t.kind != "copy" and t.queue is not None:
                 repl.cl.keep(op)
-            submit(op, deps)
+            batch.append((op, deps))
+        rt.sched.submit_many(batch)
         if repl is not None:
-            repl.launched = rec.base + delta + rec.count
+            repl.launched = rec.base + self.delta + rec.count
         rt.sched.executor.drain()
 
     def _replay_launch(self, item: Item, domain: list | None, args: tuple,

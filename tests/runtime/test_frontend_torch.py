@@ -29,7 +29,7 @@ def test_predict_equals_pytorch(cls, rt2):
     x = TM.example(cls, 2 * TM.B)
     with torch.no_grad():
         want = mod(x).numpy()
-    m = from_torch(mod, x[:TM.B])
+    m = from_torch(mod, x[:TM.B], batch_size=2 * TM.B)
     m.compile(loss="mse", strategy="model", machine=Machine.local(2))
     np.testing.assert_allclose(m.predict(x.numpy()), want, rtol=1e-4, atol=1e-5)
 

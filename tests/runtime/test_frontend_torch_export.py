@@ -1,7 +1,9 @@
 """Models exported from PyTorch with torch.onnx.export load with
 from_onnx, predict what PyTorch predicts (rtol 1e-4), train and search
 (issue 14's done-criterion: a ResNet, a VGG/AlexNet, a Transformer encoder
-and an LSTM classifier). Skipped where torch is not installed."""
+and an LSTM classifier), also at a batch size other than the exported one
+(shape constants computed for the export's batch are rescaled). Skipped where
+torch is not installed."""
 
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ def test_exported_model_predicts_trains_and_searches(cls):
         want = mod(x).numpy()
     lp.init(cpus=2)
     try:
-        m = from_onnx(proto)
+        m = from_onnx(proto, batch_size=2 * TM.B)  # another batch than the export's
         m.compile(loss="mse", strategy="data", machine=Machine.local(2))
         np.testing.assert_allclose(m.predict(x.numpy()), want, rtol=1e-4, atol=1e-5)
         t = from_onnx(proto, add_softmax=True)

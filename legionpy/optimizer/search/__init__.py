@@ -164,7 +164,7 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
     found = {} if found is None else found
     stops: dict[str, str] = {}
     scored: dict[Strategy, tuple] = {}
-    scoring = [0.0]
+    scoring = [0.0, 0.0]  # total seconds, longest single simulation
 
     def score(s: Strategy, result=None) -> tuple:
         """(SimResult, memory Feasibility) of ``s``, simulated once."""
@@ -173,7 +173,9 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
             t = time.perf_counter()
             res = result if result is not None else sim.run(s)
             r = scored[s] = (res, check_memory(sim))
-            scoring[0] += time.perf_counter() - t
+            dt = time.perf_counter() - t
+            scoring[0] += dt
+            scoring[1] = max(scoring[1], dt)
         return r
 
     def cost(s: Strategy) -> float:
@@ -207,15 +209,14 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
         if not dp.stopped_on_budget:  # disjoint device sets for repeated layers (.stages)
             t1, sc = time.perf_counter(), scoring[0]
             tried = {"dp": cost(dp_s)}
-            est = scoring[0] - sc  # one full simulation: the unit of this pass
             for name, s in staged_candidates(graph, machine, dp_s).items():
-                if timed and time.perf_counter() + est >= share(
+                # the unit of this pass: a full simulation of mostly new configs,
+                # as long as the longest (coldest) one so far
+                if timed and time.perf_counter() + scoring[1] >= share(
                         0.6 if "mcmc" in methods else 1.0):
                     stops["elimination"] = "budget"
                     break
-                t2 = time.perf_counter()
                 tried[name] = cost(s)
-                est = time.perf_counter() - t2
                 if tried[name] < cost(dp_s):
                     dp_s = s
             scoring[0] = sc  # these simulations are the pass's search, not scoring
