@@ -1,11 +1,11 @@
 """Memory-aware search: a Transformer the size of GPT-2 large (36 layers,
-hidden 1280, 20 heads' worth of width, sequence 1024, vocabulary 50257;
+hidden 1280, 20 heads, sequence 1024, vocabulary 50257;
 about 0.84 B parameters) on ``p100:4x4`` (16 GiB per GPU), at a batch where
 data parallelism does not fit. Prints the search table: every method's
 iteration time and peak memory, and which strategies were infeasible and by
 how much (issue 17 item 3).
 
-    python bench/memory_search.py [--batch 32] [--budget 120] [--machine p100:4x4]
+    python bench/memory_search.py [--batch 8] [--budget 120] [--machine p100:4x4]
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import time
 from legionpy import models
 from legionpy.optimizer import Machine, search
 
-GPT2_LARGE = {"seq": 1024, "d_model": 1280, "ff": 5120, "layers": 36, "vocab": 50257}
+GPT2_LARGE = {"seq": 1024, "d_model": 1280, "heads": 20, "ff": 5120, "layers": 36,
+              "vocab": 50257}
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--budget", type=float, default=120.0)
     ap.add_argument("--machine", default="p100:4x4")
     ap.add_argument("--methods", default=None, help="comma-separated (default: all)")
