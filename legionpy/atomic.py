@@ -30,6 +30,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO], None], *,
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     suffix = os.path.splitext(path)[1]
+    if not os.path.isdir(folder):  # name the target, not the temporary file
+        import errno
+
+        raise FileNotFoundError(errno.ENOENT, f"folder {folder!r} does not exist; create it "
+                                "first, or write somewhere else", path)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=suffix)
     try:
         os.chmod(tmp, _mode(path))

@@ -55,6 +55,9 @@ class Model:
     """``Model(batch_size, seed=0, name="model")``; see the module docstring."""
 
     def __init__(self, batch_size: int, seed: int = 0, name: str = "model") -> None:
+        for what, v, low in (("batch_size", batch_size, 1), ("seed", seed, 0)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < low:
+                raise ModelError(f"Model({what}={v!r}): {what} must be an integer >= {low}")
         self.graph = Graph(batch_size, name=name)
         self.seed = int(seed)
         self.id = next(_ids)

@@ -135,7 +135,7 @@ def _labels(by_id: dict[int, dict]) -> dict[int, str]:
     seen: dict = {}
     for i in ids:
         r = by_id[i]
-        if r["kind"] == "copy" and i in fed:
+        if r["kind"] == "copy" and i in fed and r.get("link") is not None:  # not a ghost
             src, dst = r["link"]
             name_of[i] = _copy_label(name_of[fed[i]], src, dst, int(r["bytes"]), seen)
     return name_of

@@ -12,10 +12,5 @@ pytestmark = pytest.mark.mpi
 @pytest.mark.parametrize("n", [2, 4])
 def test_running_statistics_and_predict_agree_on_every_rank(n):
     env = {"LEGIONPY_MPI_TIMEOUT": "20"}
-    if n == 4:
-        # Traced steps on 4 ranks fail in the replay-order labelling
-        # (optimizer/mirror.py _labels: a copy between two other ranks is a
-        # ghost with no link on this rank); untraced steps check the folding.
-        env["LEGIONPY_TRACE_STEPS"] = "0"
     out = run_mpi(n, ["tests/mpi/programs/inference.py"], timeout=120, env=env)
     assert out.stdout.count("OK inference rank") == n, out.stdout + out.stderr

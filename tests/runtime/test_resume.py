@@ -133,3 +133,9 @@ def test_a_different_optimizer_warns(rt2, tmp_path):
         warnings.simplefilter("always")
         m2.load(tmp_path / "c.npz")
     assert any("starts from zero" in str(x.message) for x in w)
+
+
+def test_model_arguments_are_checked():
+    for kw in ({"batch_size": 0}, {"batch_size": "8"}, {"batch_size": 8, "seed": -1}):
+        with pytest.raises(ModelError, match="must be an integer"):
+            lp.nn.Model(**kw)

@@ -42,3 +42,9 @@ def test_files_get_the_users_umask_and_keep_their_mode(tmp_path):
         assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o640
     finally:
         os.umask(old)
+
+
+def test_a_missing_folder_names_the_target(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist") as e:
+        atomic_write_json(tmp_path / "no" / "s.json", {})
+    assert e.value.filename == str(tmp_path / "no" / "s.json")
