@@ -64,18 +64,21 @@ def cpu_clock() -> tuple[float, float, float] | None:
 def background_cores(start: tuple | None, end: tuple | None) -> float | None:
     """Cores other programs kept busy between two :func:`cpu_clock` readings:
     the machine's busy CPU-seconds less this job's (every rank's, summed under
-    MPI: collective, ranks assumed on one host), over the wall seconds. None
-    when either reading is missing."""
+    MPI: collective, ranks assumed on one host, rank 0's figure returned on
+    every rank), over the wall seconds. None when either reading is missing."""
     from ..runtime.mpi import cluster, launched_under_mpi
 
     ok = start is not None and end is not None
     own = end[2] - start[2] if ok else 0.0
-    if launched_under_mpi():
+    mpi = launched_under_mpi()
+    if mpi:
         parts = cluster().coll.allgather((ok, own))
         ok, own = all(p[0] for p in parts), sum(p[1] for p in parts)
-    if not ok or end[0] <= start[0]:
-        return None
-    return max(0.0, ((end[1] - start[1]) - own) / (end[0] - start[0]))
+    out = None
+    if ok and end[0] > start[0]:
+        out = max(0.0, ((end[1] - start[1]) - own) / (end[0] - start[0]))
+    # rank 0's figure on every rank: what depends on it (a prediction) is collective
+    return cluster().coll.bcast(out, root=0) if mpi else out
 
 
 def task_counts(taskgraph: dict, graph: Any, update_fields: int = 2) -> dict[str, int]:
