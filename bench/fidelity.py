@@ -9,8 +9,13 @@ strategy on this runtime's devices and take the median step. It prints one
 row per run (simulated ms, measured ms, relative error, and the kernel-only
 simulator's ms and error), then the mean and worst relative error and
 Kendall's tau-b between simulated and measured times (over all runs, and
-within each model). Targets (FlexFlow, paper 8.3.1): worst error < 30%,
-rank order preserved (tau = 1).
+within each model). Targets (issue 13): mean error <= 10%, worst <= 20%,
+Kendall tau >= 0.9 (FlexFlow, paper 8.3.1: worst < 30%, order preserved).
+Each figure comes twice: predicted for this machine to itself, and for the
+background load measured during the run (the cores other programs kept
+busy, :func:`legionpy.optimizer.calibration.background_cores`; the ``bg``,
+``load ms`` and ``l.err`` columns), since on a shared machine the first
+cannot match.
 
 Strategies per model: ``data``, ``model``, ``owt`` (data-parallel convs,
 model-parallel dense layers: a hybrid), ``expert``, ``search`` (the
@@ -77,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=",".join(MODELS))
     p.add_argument("--strategies", default=",".join(STRATEGIES))
-    p.add_argument("--steps", type=int, default=7)
+    p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--cost", default="contended",
                    help="contended (default: tile kernels timed with the other devices "
@@ -116,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         from legionpy.optimizer.costmodel import default_cache_path
 
         stale = os.path.join(os.path.dirname(default_cache_path()),
-                             f"costs-contended-{len(machine.devices)}.json")
+                             f"costs-contended-cpu-{len(machine.devices)}.json")
         if os.path.exists(stale):
             os.remove(stale)  # re-profile the kernels under contention too
     overhead = False if args.no_overhead else runtime_overhead(
@@ -162,7 +167,8 @@ def run_regime(regime, args, machine, overhead, sizes, root):
         print(f"\n== {regime}-dominated regime ==")
         print(f"{'model':<10} {'strategy':<12} {'sim ms':>9} {'real ms':>9} {'error':>7}"
               f" {'kern ms':>9} {'k.err':>7} | sim: {'ctl':>6} {'sched':>6} {'cpu':>6} "
-              f"{'gil':>6} | real: {'ctl':>6} {'busy':>6}")
+              f"{'gil':>6} | real: {'ctl':>6} {'busy':>6} | {'bg':>4} {'load ms':>8} "
+              f"{'l.err':>6}")
     results = []
     t0 = time.perf_counter()
     for name in args.models.split(","):
@@ -186,7 +192,9 @@ def run_regime(regime, args, machine, overhead, sizes, root):
                                  ("control_busy_s", "schedule_s", "cpu_bound_s",
                                   "gil_bound_s"))
                       + f" |       {sm.get('measured_control_cpu_s', 0.0) * 1e3:>6.1f} "
-                      f"{busy * 1e3:>6.1f}", flush=True)
+                      f"{busy * 1e3:>6.1f} | {r.background_cores or 0:>4.1f} "
+                      f"{r.loaded_time_s * 1e3:>8.2f} {r.loaded_relative_error * 100:>5.1f}%",
+                      flush=True)
     if not root:
         return None
     errs = [r.relative_error for r in results]
@@ -194,7 +202,12 @@ def run_regime(regime, args, machine, overhead, sizes, root):
     sim = [r.iteration_time_s for r in results]
     real = [r.measured_time_s for r in results]
     ksim = [r.kernel_time_s for r in results]
+    lerrs = [r.loaded_relative_error for r in results]
+    lsim = [r.loaded_time_s for r in results]
     summary = {
+        "loaded_mean_error": sum(lerrs) / len(lerrs), "loaded_worst_error": max(lerrs),
+        "loaded_kendall_tau": kendall_tau(lsim, real),
+        "mean_background_cores": sum(r.background_cores or 0 for r in results) / len(results),
         "regime": regime, "runs": len(results), "mean_error": sum(errs) / len(errs),
         "worst_error": max(errs), "kendall_tau": kendall_tau(sim, real),
         "kernel_mean_error": sum(kerrs) / len(kerrs), "kernel_worst_error": max(kerrs),
@@ -214,11 +227,19 @@ def run_regime(regime, args, machine, overhead, sizes, root):
           f"{summary['kernel_mean_error'] * 100:.1f}%, worst "
           f"{summary['kernel_worst_error'] * 100:.1f}%, Kendall tau "
           f"{summary['kernel_kendall_tau']:.3f}")
+    print(f"[{regime}] at the measured background load (mean "
+          f"{summary['mean_background_cores']:.2f} cores used by other programs): mean error "
+          f"{summary['loaded_mean_error'] * 100:.1f}%, worst "
+          f"{summary['loaded_worst_error'] * 100:.1f}%, Kendall tau "
+          f"{summary['loaded_kendall_tau']:.3f}")
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0, 0, 0)
     summary["load_average"] = list(load)
-    ok = summary["worst_error"] < 0.30 and summary["kendall_tau"] == 1.0
-    print(f"[{regime}] targets (worst < 30%, order preserved): {'met' if ok else 'NOT met'}; "
-          f"{summary['seconds']:.1f} s; load average now {load[0]:.2f}", flush=True)
+    for label, pre in (("machine to itself", ""), ("at the measured load", "loaded_")):
+        ok = (summary[pre + "mean_error"] <= 0.10 and summary[pre + "worst_error"] <= 0.20
+              and summary[pre + "kendall_tau"] >= 0.9)
+        print(f"[{regime}] targets (mean <= 10%, worst <= 20%, tau >= 0.9), {label}: "
+              f"{'met' if ok else 'NOT met'}")
+    print(f"[{regime}] {summary['seconds']:.1f} s; load average now {load[0]:.2f}", flush=True)
     return {"summary": summary, "results": [r.to_dict() for r in results]}
 
 if __name__ == "__main__":

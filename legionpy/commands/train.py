@@ -52,11 +52,13 @@ def _train(args) -> dict:
     else:
         text = (f"{head}\n  loss {r['first_loss']:.4f} -> {r['final_loss']:.4f}   "
                 f"{r['samples_per_s']:.1f} samples/s\n  loss by step: {shown}\n"
-                f"  per step: predicted {r['simulated_iteration_s'] * 1e3:.2f} ms, measured "
-                f"{r['measured_iteration_s'] * 1e3:.2f} ms (error "
-                f"{r['prediction_error'] * 100:.0f}%); data parallelism predicted "
-                f"{r['simulated_data_parallel_s'] * 1e3:.2f} ms\n"
-                f"  (prediction: the local machine model, as `legionpy simulate --compare`)")
+                f"  per step: measured {r['measured_iteration_s'] * 1e3:.2f} ms; predicted "
+                f"{r['loaded_iteration_s'] * 1e3:.2f} ms (error "
+                f"{r['prediction_error'] * 100:.0f}%) with other programs using "
+                f"{r['background_cores'] or 0:.1f} of this machine's cores, "
+                f"{r['simulated_iteration_s'] * 1e3:.2f} ms on it alone; data parallelism "
+                f"{r['simulated_data_parallel_s'] * 1e3:.2f} ms alone\n"
+                f"  (predictions: the local machine model, as `legionpy simulate --compare`)")
     if r["checkpoint"]:
         text += f"\n  checkpoint: {r['checkpoint']} (run the same command again to continue)"
     out = {"text": text, **r}

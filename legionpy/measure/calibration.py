@@ -23,7 +23,7 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   (``task_s``, ``req_task_s``).
 * :func:`calibrated_overhead` adds the kernels' concurrency slowdown, the
   cores and the control threads; :func:`runtime_overhead` caches the result
-  per machine in ``$LEGIONPY_CACHE/overhead-v3-MACHINE.json``.
+  per machine in ``$LEGIONPY_CACHE/overhead-v4-MACHINE.json``.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def calibrate_layer_overhead(machine: Any, steps: int = 9, warmup: int = 3,
 def _overhead_path(machine_name: str) -> str:
 
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", machine_name)
-    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v3-{safe}.json")
+    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v4-{safe}.json")
 
 
 def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
@@ -184,7 +184,7 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
 def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
                      verbose: bool = False) -> RuntimeOverhead:
     """The runtime's overhead on this machine, cached per machine name in
-    ``$LEGIONPY_CACHE/overhead-v3-NAME.json`` (``overhead-v3-empty-NAME.json``
+    ``$LEGIONPY_CACHE/overhead-v4-NAME.json`` (``overhead-v4-empty-NAME.json``
     for ``source="empty"``); collective under MPI. ``source``: ``"layer"``
     (default, :func:`calibrated_overhead`) or ``"empty"``
     (:func:`measure_runtime_overhead`, empty tasks, no CPU model)."""

@@ -32,6 +32,7 @@ from .. import models as zoo
 from .. import nn
 from .. import runtime as lr
 from ..nn.strategies import resolve_strategy
+from ..optimizer.calibration import background_cores, cpu_clock
 from ..optimizer.fidelity import (
     RuntimeOverhead,
     _bcast,
@@ -61,7 +62,8 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     "measured_step_times_s" (the stamps' differences), "measured_per_device_busy_s"
     (trace busy time inside that window, per step), "measured_control_cpu_s" (CPU
     seconds of the calling -- control -- thread per step: median step, max over
-    ranks),
+    ranks), "measured_background_cores" (cores other programs kept busy over
+    the timed steps, :func:`~legionpy.optimizer.calibration.background_cores`),
     "final_loss"}``.
     Collective under MPI."""
 
@@ -78,9 +80,13 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     stamps: list[float] = []
     cpu: list[float] = []  # the control (calling) thread's CPU time at each step
 
+    clocks: list = []  # the machine's busy CPU time, for the background load
+
     def on_step(i: int, logs: dict) -> None:
         stamps.append(time.perf_counter())
         cpu.append(time.thread_time())
+        if i == warmup - 1 or i == total - 1:
+            clocks.append(cpu_clock())
 
     lr.fence()
     rt.trace.start()
@@ -106,11 +112,13 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
             key = names.get(d, str(d))
             merged[key] = merged.get(key, 0.0) + v / steps
     all_times = _gather(times)
+    bg = background_cores(clocks[0], clocks[-1]) if len(clocks) == 2 else None
     control_cpu = statistics.median(cpu[i] - cpu[i - 1] for i in range(warmup, total))
     return {"measured_time_s": max(_gather(period)),
             "measured_control_cpu_s": max(_gather(control_cpu)),
             "measured_step_times_s": [max(ts) for ts in zip(*all_times)],
-            "measured_per_device_busy_s": merged, "final_loss": float(h["step_loss"][-1])}
+            "measured_per_device_busy_s": merged, "final_loss": float(h["step_loss"][-1]),
+            "measured_background_cores": bg}
 
 
 def _random_data(graph: Any, n: int, seed: int) -> tuple[list[np.ndarray], np.ndarray]:
@@ -152,6 +160,11 @@ class FidelityResult:
     num_tasks: int = 0
     overhead: dict | None = None
     simulation: dict = field(default_factory=dict)
+    #: cores other programs kept busy during the measurement, and the
+    #: prediction for a machine that loaded (None: not measured)
+    background_cores: float | None = None
+    loaded_time_s: float = 0.0
+    loaded_relative_error: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -168,12 +181,15 @@ def _strategy_label(spec: Any) -> str:
 
 
 def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_COST,
-            overhead: bool | RuntimeOverhead = True) -> dict[str, Any]:
+            overhead: bool | RuntimeOverhead = True,
+            background_cores: float | None = None) -> dict[str, Any]:
     """The local machine model's prediction of one training iteration of
     ``graph`` under ``strategy`` (a Strategy): the simulator with ``cost``
     and this machine's cached :class:`RuntimeOverhead` (``overhead=True``),
     none (``False``) or given figures. The one prediction ``simulate
-    --compare``, ``legionpy train`` and the benches print. Returns
+    --compare``, ``legionpy train`` and the benches print.
+    ``background_cores``: predict for a machine where other programs keep
+    that many cores busy (:meth:`RuntimeOverhead.under_load`). Returns
     :func:`~legionpy.optimizer.fidelity.simulate_strategy`'s dict (rank 0's
     on every rank; collective under MPI)."""
     from .calibration import runtime_overhead  # calibration trains through measure_runtime
@@ -185,14 +201,20 @@ def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_CO
         ovh = None
     else:
         ovh = overhead
+    if ovh is not None:
+        ovh = ovh.under_load(background_cores)
     return _bcast(simulate_strategy(graph, machine, strategy, cost, ovh))
 
 
-def train_prediction(model: Any, measured_s: float) -> dict[str, float]:
+def train_prediction(model: Any, measured_s: float,
+                     background_cores: float | None = None) -> dict[str, float]:
     """What ``legionpy train`` prints next to its measurement: :func:`predict`
     for the compiled ``model``'s strategy and for data parallelism on this
-    job's devices (``simulated_iteration_s``, ``simulated_data_parallel_s``),
-    ``measured_iteration_s`` and the ``prediction_error``. Collective under MPI."""
+    job's devices (``simulated_iteration_s``, ``simulated_data_parallel_s``:
+    this machine to itself), the same for the ``background_cores`` other
+    programs used meanwhile (``loaded_iteration_s``), ``measured_iteration_s``
+    and the ``prediction_error`` of the loaded prediction (of the plain one
+    when nothing was measured). Collective under MPI."""
     from ..optimizer import Strategy
 
     machine = Machine.local()
@@ -200,9 +222,14 @@ def train_prediction(model: Any, measured_s: float) -> dict[str, float]:
     data = Strategy.data_parallel(model.graph, machine)
     dp = mine if data == model.strategy else predict(model.graph, data,
                                                      machine)["iteration_time_s"]
+    loaded = predict(model.graph, model.strategy, machine,
+                     background_cores=background_cores)["iteration_time_s"] \
+        if background_cores else mine
     return {"simulated_iteration_s": mine, "simulated_data_parallel_s": dp,
+            "loaded_iteration_s": loaded, "background_cores": background_cores,
             "measured_iteration_s": measured_s,
-            "prediction_error": relative_error(mine, measured_s)}
+            "prediction_error": relative_error(loaded, measured_s),
+            "quiet_prediction_error": relative_error(mine, measured_s)}
 
 
 def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
@@ -230,6 +257,9 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
     sim = predict(m.graph, strat, machine, cost, overhead)
     real = measure_runtime(m, strat, machine, steps=steps, warmup=warmup, seed=seed)
     t_sim, t_real = sim["iteration_time_s"], real["measured_time_s"]
+    bg = real.get("measured_background_cores")
+    t_load = predict(m.graph, strat, machine, cost, overhead,
+                     background_cores=bg)["iteration_time_s"] if bg else t_sim
     return FidelityResult(
         model=name, strategy=_strategy_label(strategy), machine=machine.name,
         cost_model=cost if isinstance(cost, str) else type(cost).__name__, steps=steps,
@@ -242,4 +272,6 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
         kernel_relative_error=relative_error(sim["kernel_time_s"], t_real),
         bytes_moved=sim["bytes_moved"], num_tasks=sim["num_tasks"], overhead=sim["overhead"],
         simulation={**{k: v for k, v in sim.items() if k not in ("per_device_busy_s",)},
-                    "measured_control_cpu_s": real["measured_control_cpu_s"]})
+                    "measured_control_cpu_s": real["measured_control_cpu_s"]},
+        background_cores=bg, loaded_time_s=t_load,
+        loaded_relative_error=relative_error(t_load, t_real))

@@ -9,9 +9,13 @@ returns a plain dict (what ``--json`` prints):
 
 ``{"model", "strategy", "steps", "batch_size", "devices", "ranks",
 "parameters", "first_loss", "final_loss", "losses", "samples_per_s",
-"seconds", "measured_iteration_s"}``; ``samples_per_s`` and
-``measured_iteration_s`` (seconds per step) count the steps after the first (which
-pays for first-touch allocation), or all of them when there is one step.
+"seconds", "measured_iteration_s", "background_cores"}``;
+``samples_per_s`` counts the steps after the first (which pays for first-touch
+allocation), or all of them when there is one step; ``measured_iteration_s``
+is the steady-state seconds per step (after the first three: the traced loop
+records its first two);
+``background_cores``: the cores other programs kept busy meanwhile
+(:func:`legionpy.optimizer.calibration.background_cores`).
 
 Every MPI rank runs the same calls (control replication) and gets the same
 losses; :func:`is_root` tells which rank should print.
@@ -59,12 +63,13 @@ def is_root() -> bool:
 def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | None = None,
           scale: str = "small", text: bool = False, seed: int = 0, optimizer: Any = None,
           log: Callable[[int, float], None] | None = None,
-          predict: Callable[[Any, float], dict] | None = None, checkpoint: str | None = None,
+          predict: Callable[..., dict] | None = None, checkpoint: str | None = None,
           checkpoint_every: int | None = None, progress: bool = False,
           **sizes: Any) -> dict[str, Any]:
     """Train zoo model ``name`` for ``steps`` steps; see the module docstring.
     ``log(step, loss)`` is called after every step (on every rank).
-    ``predict(model, measured seconds per step) -> dict``: merged into the
+    ``predict(model, measured seconds per step, background cores) -> dict``:
+    merged into the
     result (``legionpy train`` passes :func:`legionpy.measure.train_prediction`,
     the local machine model's prediction next to the measurement).
 
@@ -78,6 +83,7 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
 
     from .. import data as D
     from .. import runtime as lr
+    from ..optimizer.calibration import background_cores, cpu_clock
     from . import build
 
     model = build(name, batch_size=batch_size, scale=scale, seed=seed, **sizes)
@@ -90,8 +96,11 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     start = model.step
     losses: list[float] = []
 
+    stamps: list[float] = []  # when each step's loss arrived
+
     def on_step(step: int, logs: dict) -> None:
         losses.append(float(logs.get("loss", 0.0)))
+        stamps.append(time.perf_counter())
         if log is not None:
             log(start + len(losses) - 1, losses[-1])
 
@@ -107,6 +116,7 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
             model.fit([x[:b] for x in xs], y[:b], epochs=1, verbose=0, shuffle=False,
                       on_step=on_step, **ck)
         t1 = time.perf_counter()
+        c1 = cpu_clock()
         done = max(start, 1)
         if steps > done:
             model._batch = 0  # the batches left are sliced here: x[done * b:]
@@ -114,10 +124,17 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
                       shuffle=False, on_step=on_step, **ck)
     lr.fence()
     end = time.perf_counter()
+    bg = background_cores(c1, cpu_clock())
     ran = len(losses)
     timed, span = (ran - 1, end - t1) if start == 0 and ran > 1 else (ran, end - t0)
     rt = lr.get_runtime()
-    sim = predict(model, span / max(timed, 1)) if predict is not None else {}
+    # the steady state: the period of the steps after the first three (the first
+    # touches memory, the traced loop records its first two steps), as
+    # measure_runtime times it; all of them when the run is shorter
+    k = 3 if len(stamps) > 5 else 0
+    steady = ((stamps[-1] - stamps[k]) / (len(stamps) - 1 - k) if len(stamps) > k + 1
+              else span / max(timed, 1))
+    sim = predict(model, steady, bg) if predict is not None else {}
     return {**sim, "model": name, "strategy": strategy if isinstance(strategy, str) else "given",
             "steps": steps, "batch_size": b, "devices": len(rt.devices),
             "ranks": 1 + max(d.rank for d in rt.devices), "parameters": model.num_parameters(),
@@ -125,7 +142,7 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
             "first_loss": losses[0] if losses else None,
             "final_loss": losses[-1] if losses else None, "losses": losses,
             "samples_per_s": timed * b / max(span, 1e-9), "seconds": end - t0,
-            "measured_iteration_s": span / max(timed, 1)}
+            "measured_iteration_s": steady, "background_cores": bg}
 
 
 def add_train_arguments(p: Any, steps: int = 30) -> None:
@@ -178,7 +195,7 @@ def parse_sizes(pairs: list[str]) -> dict[str, Any]:
 
 
 def train_from_args(name: str, args: Any, log: Callable[[int, float], None] | None = None,
-                    predict: Callable[[Any, float], dict] | None = None,
+                    predict: Callable[..., dict] | None = None,
                     progress: bool = False) -> dict[str, Any]:
     """:func:`train` with :func:`add_train_arguments`' values."""
     from ..nn import Adam

@@ -21,7 +21,7 @@ graph; this module holds what that needs below ``nn``:
 * :class:`ContendedCostModel`: tile kernels timed with the other devices busy.
 
 The figures are cached by :func:`legionpy.measure.runtime_overhead` in
-``$LEGIONPY_CACHE/overhead-v3-MACHINE.json``.
+``$LEGIONPY_CACHE/overhead-v4-MACHINE.json``.
 """
 
 from __future__ import annotations
@@ -29,11 +29,13 @@ from __future__ import annotations
 import os
 import statistics
 import threading
+import time
 from typing import Any
 
 import numpy as np
 
-__all__ = ["task_counts", "nnls", "measure_kernel_concurrency", "local_cores",
+__all__ = ["task_counts", "nnls", "measure_kernel_concurrency", "local_cores", "cpu_clock",
+           "background_cores",
            "ContendedCostModel", "time_contended"]
 
 
@@ -43,6 +45,40 @@ def local_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+def cpu_clock() -> tuple[float, float, float] | None:
+    """``(wall s, CPU-seconds the whole machine has been busy, CPU-seconds of
+    this process)`` now, from ``/proc/stat`` (busy = all but idle and iowait,
+    steal included) and :func:`os.times`; None where ``/proc/stat`` is missing."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    t = os.times()
+    return time.perf_counter(), (sum(v) - v[3] - v[4]) / tick, t.user + t.system
+
+
+def background_cores(start: tuple | None, end: tuple | None) -> float | None:
+    """Cores other programs kept busy between two :func:`cpu_clock` readings:
+    the machine's busy CPU-seconds less this job's (every rank's, summed under
+    MPI: collective, ranks assumed on one host, rank 0's figure returned on
+    every rank), over the wall seconds. None when either reading is missing."""
+    from ..runtime.mpi import cluster, launched_under_mpi
+
+    ok = start is not None and end is not None
+    own = end[2] - start[2] if ok else 0.0
+    mpi = launched_under_mpi()
+    if mpi:
+        parts = cluster().coll.allgather((ok, own))
+        ok, own = all(p[0] for p in parts), sum(p[1] for p in parts)
+    out = None
+    if ok and end[0] > start[0]:
+        out = max(0.0, ((end[1] - start[1]) - own) / (end[0] - start[0]))
+    # rank 0's figure on every rank: what depends on it (a prediction) is collective
+    return cluster().coll.bcast(out, root=0) if mpi else out
 
 
 def task_counts(taskgraph: dict, graph: Any, update_fields: int = 2) -> dict[str, int]:
@@ -149,8 +185,12 @@ class ContendedCostModel:
     """Factory of a :class:`~legionpy.optimizer.costmodel.MeasuredCostModel`
     whose tile kernels are timed while ``concurrency - 1`` other threads run
     the same kernel (the other devices of this host busy, as in a training
-    step), with the runtime's BLAS limit in force; cached apart from the
-    isolated profile in ``$LEGIONPY_CACHE/costs-contended-K.json``."""
+    step), with one BLAS thread each, as the runtime's workers run them.
+    Timed in the thread's CPU seconds (:func:`time_contended`), so a profile
+    taken while other programs load the machine is the profile of a quiet one
+    (their share of the cores is modelled apart,
+    :meth:`~legionpy.optimizer.fidelity.RuntimeOverhead.under_load`); cached
+    apart from the isolated profile in ``$LEGIONPY_CACHE/costs-contended-cpu-K.json``."""
 
     @staticmethod
     def local(concurrency: int, cache_path: str | None = None) -> Any:
@@ -158,7 +198,7 @@ class ContendedCostModel:
         from .profile import tile_runner
 
         path = cache_path or os.path.join(os.path.dirname(default_cache_path()),
-                                          f"costs-contended-{concurrency}.json")
+                                          f"costs-contended-cpu-{concurrency}.json")
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
         class _Contended(MeasuredCostModel):
@@ -171,22 +211,33 @@ class ContendedCostModel:
 
 
 def time_contended(fn: Any, concurrency: int, warmup: int = 2, repeats: int = 5) -> float:
-    """Median seconds of ``fn()`` (after ``warmup`` runs) while
-    ``concurrency - 1`` helper threads call ``fn`` in a loop."""
+    """Median CPU seconds of the calling thread running ``fn()`` (after
+    ``warmup`` runs, one BLAS thread) while ``concurrency - 1`` helper threads
+    call ``fn`` in a loop: what the kernel costs when the other devices share
+    the memory system, without the time spent waiting for a core or for the
+    interpreter lock (the model's CPU and interpreter bounds count those)."""
+    from threadpoolctl import threadpool_limits
+
     stop = threading.Event()
 
     def helper() -> None:
         while not stop.is_set():
             fn()
 
-    from .costmodel import MeasuredCostModel
-
     helpers = [threading.Thread(target=helper, daemon=True) for _ in range(concurrency - 1)]
-    for h in helpers:
-        h.start()
-    try:
-        return MeasuredCostModel.time_callable(fn, warmup, repeats)
-    finally:
-        stop.set()
+    with threadpool_limits(1):
         for h in helpers:
-            h.join()
+            h.start()
+        try:
+            for _ in range(warmup):
+                fn()
+            ts = []
+            for _ in range(repeats):
+                t = time.thread_time()
+                fn()
+                ts.append(time.thread_time() - t)
+            return float(statistics.median(ts))
+        finally:
+            stop.set()
+            for h in helpers:
+                h.join()

@@ -48,7 +48,7 @@ stretched by the measured slowdown of a GEMM / a memory-bound stream run on
 every device at once (interpolated by arithmetic intensity), unless the
 cost model is ``"contended"`` (kernels profiled with the other devices
 busy). The figures are cached per machine in
-``$LEGIONPY_CACHE/overhead-v3-MACHINE.json``.
+``$LEGIONPY_CACHE/overhead-v4-MACHINE.json``.
 
 :func:`kendall_tau` is Kendall's tau-b (ties handled), for the rank order
 of strategies in ``bench/fidelity.py``.
@@ -132,8 +132,9 @@ class RuntimeOverhead:
     kernel_scale_mem: float = 1.0
     intensity_compute: float = 0.0
     intensity_mem: float = 0.0
-    #: CPU cores shared by the control threads and the devices (0: no CPU bound)
-    cores: int = 0
+    #: CPU cores shared by the control threads and the devices (0: no CPU bound);
+    #: fractional when other programs use part of the machine (:meth:`under_load`)
+    cores: float = 0
     #: control threads on this host (ranks of the job)
     control_threads: int = 1
     #: "layer-api" (calibrated on synthetic models) or "empty-tasks"
@@ -149,6 +150,16 @@ class RuntimeOverhead:
         return not (self.launch_s or self.copy_launch_s or self.task_s or self.copy_s
                     or self.req_launch_s or self.req_task_s or self.step_s or self.cores
                     or self.kernel_scale != 1.0)
+
+    def under_load(self, background_cores: float | None) -> RuntimeOverhead:
+        """These figures on a machine where other programs keep
+        ``background_cores`` cores busy (measured over the run,
+        :func:`~legionpy.optimizer.calibration.background_cores`): the job
+        gets ``cores - background`` cores (at least 5% of one), processor
+        sharing. Unchanged when nothing else ran or nothing was measured."""
+        if not background_cores or self.cores <= 0:
+            return self
+        return replace(self, cores=max(0.05, self.cores - background_cores))
 
     def control_s(self, reqs: int) -> float:
         return self.launch_s + reqs * self.req_launch_s
@@ -452,6 +463,10 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
              for i in range(n) if tasks[i]["kind"] != "copy")
     gil = clock + py / max(1, overhead.control_threads) if overhead.cores > 0 else 0.0
     it = max(sched, clock) if pipelined else sched
+    # fewer than one core left to the job (a loaded machine): every serial chain
+    # runs at that fraction of a core's speed
+    slow = 1.0 / min(1.0, overhead.cores) if overhead.cores > 0 else 1.0
+    it, gil = it * slow, gil * slow
     return {"iteration_time_s": max(it, cpu, gil), "gil_bound_s": gil,
             "per_device_busy_s": {d: busy.get(d, 0.0) for d in sorted(devices)},
             "control_busy_s": clock, "schedule_s": sched, "cpu_bound_s": cpu}

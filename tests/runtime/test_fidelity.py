@@ -130,6 +130,11 @@ def test_fidelity_runner_on_a_tiny_model(cache, rt2):
     assert set(r.per_device_busy_s) == set(r.measured_per_device_busy_s) == {"cpu0", "cpu1"}
     assert all(v > 0 for v in r.measured_per_device_busy_s.values())
     assert r.kernel_time_s <= r.iteration_time_s
+    # the prediction at the background load measured over the same run
+    assert r.background_cores is None or r.background_cores >= 0
+    assert r.loaded_time_s >= r.iteration_time_s * (1 - 1e-9)
+    assert r.loaded_relative_error == pytest.approx(
+        abs(r.loaded_time_s - r.measured_time_s) / r.measured_time_s)
 
 
 def test_simulate_compare_json(cache, capsys):
@@ -211,6 +216,32 @@ def test_cpu_and_interpreter_bounds_by_hand():
     # kernels stretched by the measured concurrency factor (no graph: the GEMM's)
     r = simulate_with_runtime(tg, RuntimeOverhead(kernel_scale=2.0), None)
     assert r["iteration_time_s"] == pytest.approx(3.0)
+
+
+def test_background_load_leaves_fewer_cores_by_hand():
+    from legionpy.optimizer.calibration import background_cores
+
+    tg = {"tasks": [{"id": 0, "name": "F:x[0]", "kind": "compute", "device": "cpu0",
+                     "duration_s": 1.0, "bytes": 0},
+                    {"id": 1, "name": "F:x[1]", "kind": "compute", "device": "cpu1",
+                     "duration_s": 1.0, "bytes": 0}],
+          "deps": []}
+    quiet = RuntimeOverhead(cores=2, launch_s=0.1)
+    assert quiet.under_load(None) is quiet and quiet.under_load(0.0) is quiet
+    r = simulate_with_runtime(tg, quiet, None, pipelined=True)
+    assert r["iteration_time_s"] == pytest.approx(1.1)  # 2.2 s of work on 2 cores
+    # other programs keep 1 core busy: 2.2 s of work on the 1 core left
+    r = simulate_with_runtime(tg, quiet.under_load(1.0), None, pipelined=True)
+    assert r["iteration_time_s"] == pytest.approx(2.2)
+    # 1.5 cores busy: half a core left; every serial chain runs at half speed too
+    half = quiet.under_load(1.5)
+    assert half.cores == pytest.approx(0.5)
+    r = simulate_with_runtime(tg, half, None, pipelined=True)
+    assert r["iteration_time_s"] == pytest.approx(2.2 / 0.5)
+    assert quiet.under_load(5.0).cores == pytest.approx(0.05)  # never nothing
+    # readings (wall s, machine busy CPU-s, own CPU-s): 4 busy CPU-s in 2 s, 1 of them ours
+    assert background_cores((10.0, 100.0, 5.0), (12.0, 104.0, 6.0)) == pytest.approx(1.5)
+    assert background_cores(None, (12.0, 104.0, 6.0)) is None
 
 
 def test_concurrency_factor_interpolates_by_intensity():
