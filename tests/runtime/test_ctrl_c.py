@@ -55,10 +55,12 @@ def test_search_ctrl_c_writes_the_best_so_far_and_exits_130(tmp_path):
     out = tmp_path / "best.json"
     env = {**ENV, "LEGIONPY_DEBUG": "1"}  # prints the search's stages on stderr
     proc = subprocess.Popen([sys.executable, "-m", "legionpy.cli", "search", "lenet",
-                             "--machine", "p100:1x4", "--budget", "120", "--out", str(out),
-                             "--json"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                             "--machine", "p100:1x4", "--budget", "120", "--iterations",
+                             "1000000", "--out", str(out), "--json"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen = []
+    # a million MCMC proposals outlast the test (a lenet search under the clock alone can
+    # end within the wait below, and a SIGINT after the end would prove nothing)
     for line in proc.stderr:  # wait until MCMC runs: the other methods have finished
         seen.append(line)
         if line.strip() == "legionpy search: mcmc":
