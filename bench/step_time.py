@@ -101,6 +101,24 @@ def theirs_lstm(x, y, repeat: int) -> float | None:
     return best * 1e3
 
 
+def best_step(rt, m, x, y, repeat: int) -> tuple[float, float]:
+    """(best ms of a ``fit`` step after the two that record the trace, the
+    summed ms of that step's task bodies)."""
+    best, kernels = float("inf"), 0.0
+    for i in range(repeat + 2):
+        rt.trace.start()
+        t0 = time.perf_counter()
+        m.fit(x, y, verbose=0, shuffle=False)
+        lp.fence()
+        dt = time.perf_counter() - t0
+        recs = rt.trace.stop()
+        if i >= 2 and dt < best:
+            best = dt
+            kernels = sum(r["end"] - r["start"] for r in recs
+                          if r["kind"] in ("compute", "update"))
+    return best * 1e3, kernels * 1e3
+
+
 KERNELS: dict[str, float] = {}  # the last ``ours`` step's kernel ms, by build function
 
 
@@ -111,19 +129,8 @@ def ours(build, x, y, repeat: int, batch: int = KB.BATCH) -> float:
         m = lp.nn.Model(batch_size=batch)
         build(m)
         m.compile(optimizer=lp.nn.SGD(lr=0.01, momentum=0.9), strategy="data")
-        best = float("inf")
-        for i in range(repeat + 2):
-            rt.trace.start()
-            t0 = time.perf_counter()
-            m.fit(x, y, verbose=0, shuffle=False)
-            lp.fence()
-            dt = time.perf_counter() - t0
-            recs = rt.trace.stop()
-            if i >= 2 and dt < best:
-                best = dt
-                KERNELS[build.__name__] = 1e3 * sum(r["end"] - r["start"] for r in recs
-                                                    if r["kind"] in ("compute", "update"))
-        return best * 1e3
+        best, KERNELS[build.__name__] = best_step(rt, m, x, y, repeat)
+        return best
     finally:
         lp.runtime.shutdown()
 
@@ -142,19 +149,7 @@ def zoo_step(name: str, repeat: int, traced: bool) -> tuple[float, float]:
         m = models.build(name, scale="small", seed=0)
         xs, y = D.for_model(m, m.batch_size, seed=0)
         m.compile(optimizer=lp.nn.SGD(lr=0.01, momentum=0.9), strategy="data")
-        best, kernels = float("inf"), 0.0
-        for i in range(repeat + 2):  # two steps record the trace
-            rt.trace.start()
-            t0 = time.perf_counter()
-            m.fit(xs, y, verbose=0, shuffle=False)
-            lp.fence()
-            dt = time.perf_counter() - t0
-            recs = rt.trace.stop()
-            if i >= 2 and dt < best:
-                best = dt
-                kernels = sum(r["end"] - r["start"] for r in recs
-                              if r["kind"] in ("compute", "update"))
-        return best * 1e3, kernels * 1e3
+        return best_step(rt, m, xs, y, repeat)
     finally:
         lp.runtime.shutdown()
         os.environ.pop("LEGIONPY_TRACE_STEPS", None)

@@ -119,49 +119,40 @@ class Scheduler:
         if self.recorder is not None:
             deps = list(deps)
             self.recorder(op, deps)
-        failed = None
-        n = 0
         with self.lock:
             self.outstanding += 1
-            for d in deps:
-                st = d.state
-                if st < DONE:
-                    d.succ.append(op)
-                    n += 1
-                elif st == FAILED:
-                    failed = d
-            op.npending = n
-            if failed is not None and op.error is None:
-                op.error = failed
-            if n:
+            if self._wait_for(op, deps):
                 return
-            op.state = READY
         self._release([op])
 
     def submit_many(self, batch: list[tuple[Op, list[Op]]]) -> None:
         """``submit`` for each ``(op, deps)`` in order, under one lock (a
         trace replay's ops; no recorder is active then)."""
-        ready = []
         with self.lock:
             self.outstanding += len(batch)
-            for op, deps in batch:
-                failed = None
-                n = 0
-                for d in deps:
-                    st = d.state
-                    if st < DONE:
-                        d.succ.append(op)
-                        n += 1
-                    elif st == FAILED:
-                        failed = d
-                op.npending = n
-                if failed is not None and op.error is None:
-                    op.error = failed
-                if not n:
-                    op.state = READY
-                    ready.append(op)
+            ready = [op for op, deps in batch if not self._wait_for(op, deps)]
         if ready:
             self._release(ready)
+
+    @staticmethod
+    def _wait_for(op: Op, deps: Iterable[Op]) -> int:
+        """Under the lock: make ``op`` wait for the unfinished ``deps`` (a
+        failed one fails it); READY when none. Returns how many it waits for."""
+        failed = None
+        n = 0
+        for d in deps:
+            st = d.state
+            if st < DONE:
+                d.succ.append(op)
+                n += 1
+            elif st == FAILED:
+                failed = d
+        op.npending = n
+        if failed is not None and op.error is None:
+            op.error = failed
+        if not n:
+            op.state = READY
+        return n
 
     def _release(self, ready: list[Op]) -> None:
         """Hand newly ready ops to the executor; skip failed and untimed ones.
