@@ -233,6 +233,17 @@ class StandinCost:
         return 0.0
 
 
+def compiled(build, strategy: str, n: int):
+    """(model from ``build`` compiled with ``STRATS[strategy]`` for
+    ``Machine.local(n)``, that machine)."""
+    m = build()
+    mach = Machine.local(n)
+    s = STRATS[strategy]
+    s = s(m.graph, n) if callable(s) else s
+    m.compile(optimizer=lp.nn.SGD(lr=0.05), strategy=s, machine=mach)
+    return m, mach
+
+
 @pytest.mark.parametrize("strategy", ["data", "model", "hybrid"])
 def test_standins_run_in_simulated_order_and_time(strategy):
     """Kernels replaced by stand-ins sleeping their simulated durations (and
@@ -245,11 +256,7 @@ def test_standins_run_in_simulated_order_and_time(strategy):
     n = 2
     rt = lp.init(cpus=n, executor="threads")
     try:
-        m = mlp()
-        mach = Machine.local(n)
-        s = STRATS[strategy]
-        s = s(m.graph, n) if callable(s) else s
-        m.compile(optimizer=lp.nn.SGD(lr=0.05), strategy=s, machine=mach)
+        m, mach = compiled(mlp, strategy, n)
         sim = Simulator(m.graph, mach, StandinCost(scale=3.0))
         want = sim.run(m.strategy).iteration_time_s
         install_standins(m._ex, sim)
@@ -282,11 +289,7 @@ def test_replayed_steps_run_real_kernels_in_simulated_order(strategy):
     n = 2
     rt = lp.init(cpus=n, executor="threads")
     try:
-        m = cnn()
-        mach = Machine.local(n)
-        s = STRATS[strategy]
-        s = s(m.graph, n) if callable(s) else s
-        m.compile(optimizer=lp.nn.SGD(lr=0.05), strategy=s, machine=mach)
+        m, mach = compiled(cnn, strategy, n)
         sim = Simulator(m.graph, mach)
         sim.run(m.strategy)
         simulated = device_orders(tg=sim.tg)
