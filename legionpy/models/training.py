@@ -42,13 +42,16 @@ def default_optimizer(name: str) -> Any:
 
 
 def start_runtime(devices: int | None = None) -> Any:
-    """``lp.init`` with ``devices`` CPU devices per process; by default 2 in
-    one process and 1 per rank under ``mpirun`` (so ``python X.py`` and
-    ``mpirun -n 2 python X.py`` use the same total device count)."""
+    """``lp.init`` with ``devices`` CPU devices per process; by default this
+    process's GPUs where it has some (CuPy and a visible GPU, or the
+    emulated backend; ``LEGIONPY_GPUS`` per rank, 0 for none), else 2 CPU
+    devices in one process and 1 per rank under ``mpirun`` (so ``python
+    X.py`` and ``mpirun -n 2 python X.py`` use the same total device count)."""
     from .. import runtime as lr
+    from ..runtime.gpu import gpus_per_rank
     from ..runtime.mpi import launched_under_mpi
 
-    if devices is None and not launched_under_mpi():
+    if devices is None and not launched_under_mpi() and gpus_per_rank() == 0:
         devices = 2
     return lr.init(cpus=devices)
 
@@ -162,7 +165,8 @@ def add_train_arguments(p: Any, steps: int = 30) -> None:
     p.add_argument("--text", action="store_true",
                    help="RNNs: train on the stdlib-docstring corpus instead of synthetic data")
     p.add_argument("--devices", type=positive_int, default=None,
-                   help="CPU devices per process (default: 2, or 1 per rank under mpirun)")
+                   help="CPU devices per process (default: this process's GPUs when it "
+                        "has some, else 2, or 1 per rank under mpirun)")
     p.add_argument("--lr", type=positive_float, default=None, help="Adam learning rate")
     p.add_argument("--seed", type=nonneg_int, default=0)
     p.add_argument("--checkpoint", type=out_file, metavar="FILE", default=None,

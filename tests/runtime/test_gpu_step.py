@@ -93,3 +93,17 @@ def test_emulated_smoke_run_covers_the_step_table_and_the_comparison(monkeypatch
     assert {c["cost_model"] for c in out["compare"]} == {"measured on the GPU"}
     assert out["worst_error"] == max(c["relative_error"] for c in out["compare"])
     assert "EMULATED" in stdout and "n/a (emulated" in stdout and " met" not in stdout
+
+
+def test_simulate_compare_runs_on_this_process_gpus(monkeypatch, capsys):
+    """`legionpy simulate --compare` (and `train`) start the runtime on the
+    process's GPUs when it has some, and time the GPU's kernels on the GPU."""
+    from legionpy.cli import main as cli
+
+    monkeypatch.setenv("LEGIONPY_GPU_BACKEND", "emulated")
+    monkeypatch.setenv("LEGIONPY_GPUS", "1")
+    assert cli(["simulate", "lenet", "--scale", "small", "--machine", "local", "--compare",
+                "--steps", "1", "--warmup", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["machine"] == "local:1" and list(out["per_device_busy_s"]) == ["gpu0"]
+    assert out["cost_model"] == "measured on the GPU" and out["measured_time_s"] > 0
