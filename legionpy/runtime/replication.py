@@ -182,18 +182,20 @@ class Replicator:
             else:
                 self._stage(c, np.array(buf, copy=True))
         cl.wait(reqs, lambda: f"rank(s) {peers} to receive copy {c.id} of {root.name}.{field}")
+        if c.buffer is not None:
+            self.rt.instances.consumed(c.buffer)
 
     def _stage(self, c: Any, buf: Any) -> None:
         """Received reduction data (``_source`` layout) into the staging buffers."""
         inst = self.rt.instances
         if not c.more:
-            inst.staging[(c.id, c.rect)] = inst.to_memory(buf, c.dst) if inst.gpu_of else buf
+            inst.stage((c.id, c.rect), inst.to_memory(buf, c.dst) if inst.gpu_of else buf, c.dst)
             return
         off = 0
         for r in c.rects:
             a = buf[off:off + r.volume].reshape(r.shape)
             off += r.volume
-            inst.staging[(c.id, r)] = inst.to_memory(a, c.dst) if inst.gpu_of else a
+            inst.stage((c.id, r), inst.to_memory(a, c.dst) if inst.gpu_of else a, c.dst)
 
     def _recv(self, c: Any, root: Any, field: str, peer: int) -> None:
         cl, inst = self.cl, self.rt.instances
