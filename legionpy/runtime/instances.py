@@ -65,6 +65,7 @@ import numpy as np
 from ..errors import FieldError
 from ..geometry import Rect
 from .coherence import Copy, FillAction, FoldAction
+from .streams import BufferPool
 
 __all__ = ["Instances", "RegionView", "identity", "FOLD"]
 
@@ -132,6 +133,9 @@ class Instances:
         self.redbufs: dict[Any, tuple[Any, Rect]] = {}  # key -> (array, its rect)
         self.redmem: dict[Any, int] = {}  # reduction buffer key -> its memory
         self.staging: dict[tuple[int, Rect], np.ndarray] = {}  # (copy id, rect)
+        #: staging buffers per (memory, shape, dtype), taken by a reduction copy
+        #: and given back after its fold: reused across steps (streams.py)
+        self.staging_pool = BufferPool()
         self._lock = threading.Lock()
         self.gpu_of: dict[int, int] = {}
         #: bumped whenever an instance is re-made (grown): cached views are stale
@@ -145,8 +149,8 @@ class Instances:
         self.reserved: dict[int, int] = {}  # memory -> bytes allocated (pool included)
         #: dead reduction buffers per (memory, shape, dtype), reused by the next
         #: buffer of that shape (the next step's): allocation-free steady state
-        self.pool: dict[tuple, list] = {}
-        self.pool_hits = self.pool_misses = 0
+        #: (on a GPU, stream-ordered: the next user waits for the last one)
+        self.pool = BufferPool()
         #: reduction buffer lifetimes: planned consumers (copies, folds) not
         #: run yet; buffers no coherence piece refers to any more (dropped when
         #: their last consumer has run); buffers partly discarded by a write
@@ -228,8 +232,11 @@ class Instances:
         new = self._make(key, memory, bb, root.fields[field])
         self._account(memory, -got.volume * old.dtype.itemsize)
         self._reserve_bytes(memory, -got.volume * old.dtype.itemsize)
-        from . import gpu
-        with gpu.on_array(new):
+        from . import gpu, streams
+        if gpu.is_gpu(new):  # on its compute stream, the host waiting before and after
+            with streams.device_work(memory, blocking=True), gpu.on_array(new):
+                new[got.to_slices(bb.lo)] = old
+        else:
             new[got.to_slices(bb.lo)] = old
         self.generation += 1
 
@@ -256,28 +263,20 @@ class Instances:
         return arr[rect.to_slices(self.rects[(memory, root.uid, field)].lo)]
 
     def _new_buffer(self, rect: Rect, redop: str, dtype: np.dtype, memory: int) -> Any:
-        with self._lock:
-            free = self.pool.get((memory, rect.shape, np.dtype(dtype)))
-            buf = free.pop() if free else None
-        if buf is not None:  # reused across steps: no allocation
-            self.pool_hits += 1
-            if type(buf) is np.ndarray:
-                buf.fill(identity(redop, dtype))
-            else:
-                from . import gpu
-                with gpu.on_array(buf):
-                    buf[...] = identity(redop, dtype)
-            return buf
-        self.pool_misses += 1
-        self._reserve_bytes(memory, int(np.prod(rect.shape)) * np.dtype(dtype).itemsize)
-        if memory in self.gpu_of:
+        """An identity-filled buffer over ``rect``: from the pool, or made."""
+        dtype = np.dtype(dtype)
+
+        def make() -> Any:
+            self._reserve_bytes(memory, rect.volume * dtype.itemsize)
+            return self.zeros(memory, rect.shape, dtype)
+
+        buf = self.pool.take(memory, rect.shape, dtype, make)
+        if type(buf) is np.ndarray:
+            buf.fill(identity(redop, dtype))
+        else:
             from . import gpu
-            buf = self.zeros(memory, rect.shape, dtype)
             with gpu.on_array(buf):
                 buf[...] = identity(redop, dtype)
-        else:
-            buf = np.empty(rect.shape, dtype=dtype)
-            buf.fill(identity(redop, dtype))
         return buf
 
     def reduction_view(self, key: Any, rect: Rect, redop: str, dtype: np.dtype,
@@ -326,9 +325,9 @@ class Instances:
         if type(buf) is np.ndarray:
             buf[...] = identity(redop, buf.dtype)
             return
-        from . import gpu
-        with gpu.on_array(buf):
-            buf[...] = identity(redop, buf.dtype)
+        from . import gpu, streams
+        with streams.device_work(self.redmem.get(key, -1)), gpu.on_array(buf):
+            buf[...] = identity(redop, buf.dtype)  # on its device's compute stream
 
     def reduction_part(self, key: Any, rect: Rect) -> Any:
         """``rect`` (root coordinates) of the reduction buffer ``key``."""
@@ -343,8 +342,7 @@ class Instances:
             mem = self.redmem.pop(key, -1)
             buf = got[0]
             self._account(mem, -buf.nbytes, "reduction")
-            with self._lock:
-                self.pool.setdefault((mem, buf.shape, buf.dtype), []).append(buf)
+            self.pool.give(mem, buf)  # on a GPU: after the stream that used it last
 
     # -- reduction buffer lifetimes (main thread plans, workers consume) ----------------
     def will_consume(self, key: Any) -> None:
@@ -356,18 +354,13 @@ class Instances:
 
     def mark_dead(self, key: Any) -> None:
         """No coherence piece refers to buffer ``key`` any more: it goes back
-        to the pool when the consumers planned so far have run (now, if they
-        all have)."""
+        to the pool when the consumers planned so far have run (the caller
+        has just planned one)."""
         if self.log is not None:
             self.log[1].add(key)
-        with self._lock:
-            if key in self.abandoned:
-                return
-            if self.pending.get(key, 0) > 0:
+        with self._lock:  # a consumer was just planned: the last one drops it
+            if key not in self.abandoned:
                 self.dead.add(key)
-                return
-            self.pending.pop(key, None)
-        self._drop_buffer(key)
 
     def abandon(self, keys: Any) -> None:
         """A write or fill discarded part of these buffers without reading
@@ -416,14 +409,22 @@ class Instances:
         else:
             buf, brect = self.redbufs[c.buffer]
             for r in c.rects:
-                self.stage((c.id, r), self.to_memory(buf[r.to_slices(brect.lo)], c.dst), c.dst)
+                self.stage((c.id, r), buf[r.to_slices(brect.lo)], c.dst)
             self.consumed(c.buffer)
 
-    def stage(self, key: tuple, arr: Any, memory: int) -> None:
-        """Received reduction data ``key`` = (copy id, rect) waits in ``memory``
-        for the fold that consumes it (counted as "staging" bytes)."""
-        self.staging[key] = arr
-        self._account(memory, arr.nbytes, "staging")
+    def stage(self, key: tuple, src: Any, memory: int) -> None:
+        """A copy of ``src`` in ``memory``'s staging buffer ``key`` (copy id,
+        rect), from the staging pool; the fold gives it back (counted as
+        "staging" bytes in between)."""
+        dst = self.staging_pool.take(memory, src.shape, src.dtype,
+                                     lambda: self.zeros(memory, src.shape, src.dtype))
+        if type(dst) is np.ndarray and type(src) is np.ndarray:
+            dst[...] = src
+        else:
+            from . import gpu
+            gpu.copy_into(dst, src)
+        self.staging[key] = dst
+        self._account(memory, dst.nbytes, "staging")
 
     def run_prologue(self, actions: list, root: Any, field: str) -> None:
         for a in actions:
@@ -435,6 +436,7 @@ class Instances:
                     src = self.staging.pop((a.staged, a.rect))
                     FOLD[a.redop](dst, src, out=dst)
                     self._account(a.memory, -src.nbytes, "staging")
+                    self.staging_pool.give(a.memory, src)
                 else:
                     FOLD[a.redop](dst, self.reduction_part(a.buffer, a.rect), out=dst)
                     self.consumed(a.buffer)

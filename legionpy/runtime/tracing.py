@@ -514,6 +514,9 @@ class Tracer:
                    if rec.buffers or rec.consumers else None)
         self.begin_op = begin
         waits = list(rt._live.values())
+        streams = rt.sched.streams
+        if streams is not None:  # and the kernels of finished ops, still in flight
+            begin.deps = tuple(streams.done)
         if self.last_end is not None:
             waits.append(self.last_end)
         rt.sched.submit(begin, waits)

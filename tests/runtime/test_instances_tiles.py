@@ -133,9 +133,9 @@ def test_reduction_buffers_go_back_to_the_pool_after_their_last_fold():
             assert inst.kind_bytes[0]["reduction"] == inst.kind_bytes[1]["reduction"] == 0
             assert inst.kind_bytes[0]["staging"] == 0
             if step == 2:
-                misses = inst.pool_misses
+                misses = inst.pool.misses
         assert rt.tracer.recordings["t"].replays >= 2
-        assert inst.pool_misses == misses and inst.pool_hits > 0
+        assert inst.pool.misses == misses and inst.pool.hits > 0
     finally:
         lr.shutdown()
 
