@@ -42,6 +42,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import DeviceError
+from .emugraph import host_sync as _sync
+from .emugraph import kernel as _kernel
 
 __all__ = ["EmuArray", "Device", "current", "xp", "stats", "reset_stats", "Stream", "Event"]
 
@@ -70,6 +72,7 @@ class Device:
         _tls.dev = self._prev.pop()
 
     def synchronize(self) -> None:
+        _sync(f"synchronize of emulated GPU {self.id}")
         with _lock:
             _stats["syncs"][self.id] = _stats["syncs"].get(self.id, 0) + 1
 
@@ -154,7 +157,7 @@ def _call(fn: Any, args: tuple, kwargs: dict, what: str) -> Any:
     dev = current()
     a = _un(args, what, dev)
     kw = {k: _un(v, what, dev) for k, v in kwargs.items()} if kwargs else kwargs
-    return _wrap(fn(*a, **kw), dev)
+    return _wrap(_kernel(fn, a, kw), dev)
 
 
 def _basic(key: Any) -> bool:
@@ -214,21 +217,27 @@ class EmuArray:
 
     def get(self) -> np.ndarray:
         """A host copy (``cupy.ndarray.get``)."""
+        _sync("a device-to-host copy (ndarray.get)")
         return np.array(self._a, copy=True)
 
     def item(self) -> Any:
+        _sync("ndarray.item (a device-to-host copy)")
         return self._a.item()
 
     def tolist(self) -> Any:
+        _sync("ndarray.tolist (a device-to-host copy)")
         return self._a.tolist()
 
     def __float__(self) -> float:
+        _sync("float() of a device array")
         return float(self._a)
 
     def __int__(self) -> int:
+        _sync("int() of a device array")
         return int(self._a)
 
     def __bool__(self) -> bool:
+        _sync("bool() of a device array")
         return bool(self._a)
 
     def __iter__(self) -> Iterator[EmuArray]:
@@ -239,14 +248,19 @@ class EmuArray:
         dev = self.device.id
         if dev != current() and not _basic(key):  # a view needs no kernel (as CuPy)
             raise _wrong("indexing an array", dev)
-        r = self._a[_un(key, "an index", dev, host_ok=True)]
-        return _wrap(r, dev)
+        k = _un(key, "an index", dev, host_ok=True)
+        if _basic(key):
+            return _wrap(self._a[k], dev)  # a view: no kernel
+        if getattr(k, "dtype", None) == bool:
+            _sync("boolean-mask indexing (its size is data-dependent)")
+        return _wrap(_kernel(_getitem, (self._a, k), {}), dev)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         dev = self.device.id
         if dev != current():
             raise _wrong("writing into an array", dev)
-        self._a[_un(key, "an index", dev, host_ok=True)] = _un(value, "an assignment", dev)
+        _kernel(_setitem, (self._a, _un(key, "an index", dev, host_ok=True),
+                           _un(value, "an assignment", dev)), {})
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):  # __array_interface__ and the like: no implicit host view
@@ -269,7 +283,7 @@ class EmuArray:
         out = kwargs.get("out")
         if out is not None:
             kwargs["out"] = _un(out, what, dev)
-        r = getattr(ufunc, method)(*ins, **kwargs)
+        r = _kernel(getattr(ufunc, method), ins, kwargs)
         if out is not None:
             return out[0] if len(out) == 1 else out
         return _wrap(r, dev)
@@ -292,7 +306,7 @@ def _binop(name: str) -> Any:
         dev = self.device.id
         if dev != current():
             raise _wrong(f"operator {name}", dev)
-        r = npop(self._a, *_un(other, f"operator {name}", dev))
+        r = _kernel(npop, (self._a, *_un(other, f"operator {name}", dev)), {})
         if r is NotImplemented:
             return r
         if inplace:
@@ -323,8 +337,19 @@ def _asarray(a: Any, dtype: Any = None, **kw: Any) -> EmuArray:
     if type(a) is EmuArray:
         if a.device.id != dev:
             raise _wrong("asarray", a.device.id)
-        return a if dtype is None or a.dtype == dtype else EmuArray(a._a.astype(dtype), dev)
+        if dtype is None or a.dtype == dtype:
+            return a
+        return EmuArray(_kernel(a._a.astype, (dtype,), {}), dev)
+    _sync("a host-to-device copy (cupy.asarray of host data)")
     return EmuArray(np.array(_un(a, "asarray", dev, host_ok=True), dtype=dtype), dev)
+
+
+def _getitem(a: np.ndarray, key: Any) -> Any:
+    return a[key]
+
+
+def _setitem(a: np.ndarray, key: Any, value: Any) -> None:
+    a[key] = value
 
 
 def _asnumpy(a: Any) -> np.ndarray:
@@ -351,7 +376,7 @@ class _Xp:
     __name__ = "legionpy.runtime.emugpu"
     asarray = staticmethod(_asarray)
     array = staticmethod(lambda a, dtype=None, copy=True, **kw: EmuArray(
-        np.array(_asarray(a, dtype)._a, copy=True), current()))
+        _kernel(np.array, (_asarray(a, dtype)._a,), {"copy": True}), current()))
     ascontiguousarray = staticmethod(lambda a, dtype=None: _call(
         np.ascontiguousarray, (_asarray(a), dtype), {}, "ascontiguousarray"))
     asnumpy = staticmethod(_asnumpy)
@@ -407,6 +432,7 @@ handles: dict[int, str] = {}
 
 def ipc_handle(a: EmuArray) -> str:
     """The handle (a /dev/shm file) of an instance allocated with ``ipc=True``."""
+    _sync("cudaIpcGetMemHandle")
     base = a._a if a._a.base is None or isinstance(a._a, np.memmap) else a._a.base
     path = handles.get(id(a._a)) or handles.get(id(base))
     if path is None:
@@ -419,6 +445,7 @@ def ipc_handle(a: EmuArray) -> str:
 
 def ipc_open(handle: str, k: int, nbytes: int) -> EmuArray:
     """The peer's allocation mapped into this process on GPU ``k`` (bytes)."""
+    _sync("cudaIpcOpenMemHandle")
     a = np.memmap(handle, dtype=np.uint8, mode="r+", shape=(nbytes,))
     with _lock:
         _stats["ipc_opened"] += 1
@@ -457,7 +484,7 @@ class Stream:
             _stats["waits"] += 1
 
     def synchronize(self) -> None:
-        pass
+        _sync(f"synchronize of {getattr(self, 'name', 'an event')}")
 
 
 class Event:
@@ -471,4 +498,4 @@ class Event:
             _stats["events"] += 1
 
     def synchronize(self) -> None:
-        pass
+        _sync(f"synchronize of {getattr(self, 'name', 'an event')}")
