@@ -251,7 +251,7 @@ class EmuArray:
         k = _un(key, "an index", dev, host_ok=True)
         if _basic(key):
             return _wrap(self._a[k], dev)  # a view: no kernel
-        if getattr(k, "dtype", None) == bool:
+        if getattr(k, "dtype", None) == np.bool_:
             _sync("boolean-mask indexing (its size is data-dependent)")
         return _wrap(_kernel(_getitem, (self._a, k), {}), dev)
 

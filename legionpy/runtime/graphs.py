@@ -51,12 +51,13 @@ Python state: a graph launch runs no Python, so a body's Python-side state
 (the layer API's F and B of a tile share the tile's cache through their
 object) keeps the arrays of the body's last Python run, which the graph
 rewrites in place. Bodies that are methods of the same object at the same
-point are therefore captured, or kept live, together (a *group*). A segment
-that must run live (a member found live, a capture that failed, a segment
-cut short) makes all its members and their groups live for good, before it
-runs; every runner checks this at run time, so a group never mixes live
-runs and launches after its first live run. The segments are rebuilt at the
-next replay.
+point form a *group*: an op found live makes its whole group live for good
+(every runner checks this when it runs, so a later member of the group in
+the same replay already runs live), and whenever members of a group run
+Python (captured, or live with a segment that had to run live), the graphs
+of the group's other segments captured in an earlier replay are dropped and
+captured again when they next run, so graph arrays and Python state agree.
+The segments are rebuilt at the next replay.
 Copies run live (emulated copies stage through the host; a capturable peer
 copy on link streams is future work).
 
@@ -99,7 +100,7 @@ class Segment:
     """A run of one GPU's fixed order captured as one graph."""
 
     __slots__ = ("queue", "k", "members", "graph", "gen", "args", "keep", "captures",
-                 "launches")
+                 "launches", "when")
 
     def __init__(self, queue: int, k: int, members: tuple[int, ...]) -> None:
         self.queue, self.k, self.members = queue, k, members
@@ -108,6 +109,7 @@ class Segment:
         self.args: dict[int, Any] = {}  # offset -> plain arguments captured
         self.keep: list = []  # CuPy: the capture's allocations
         self.captures = self.launches = 0
+        self.when = -1  # the replay (Graphs.replays) that captured it
 
     def __repr__(self) -> str:
         return f"<Segment GPU {self.queue}: ops {list(self.members)}>"
@@ -121,6 +123,7 @@ class Plan:
         self.live: set[int] = set()
         self.segs: list[Segment] = []
         self.seg_of: dict[int, Segment] = {}
+        self.group_of: dict[int, Any] = {}  # offset -> its group (see _group)
         self.dirty = True
         self.why_not: str | None = None
 
@@ -133,6 +136,7 @@ class Graphs:
         self.on = enabled() and any(d.kind == "gpu" for d in rt.local)
         self.cap: Any = None  # the capture backend, made on first use
         self.streams: dict[int, Any] = {}
+        self.replays = 0  # replays started (a capture remembers which)
         #: ``captured``: segments captured; ``launched``: graph launches;
         #: ``replaced``: op bodies a launch replaced; ``live_runs``: segments
         #: run live; ``stale``: graphs dropped for a grown instance;
@@ -155,7 +159,8 @@ class Graphs:
             return None
         if plan.dirty:
             self._segment(plan)
-        return Replay(self, plan, cur) if plan.segs else None
+        self.replays += 1
+        return Replay(self, plan, cur, self.replays) if plan.segs else None
 
     def _why_not(self, rec: Any, ordered: str | None) -> str | None:
         rt = self.rt
@@ -195,6 +200,7 @@ class Graphs:
         ops = rec.ops
         n = len(ops)
         rid = {t.rid: off for off, t in enumerate(ops)}
+        plan.group_of = {off: g for off, t in enumerate(ops) if (g := _group(t.fn)) is not None}
         staged: set[int] = set()  # readers of staged folds and the copies feeding them
         for off, t in enumerate(ops):
             if isinstance(t.fn, PointBody) and t.fn.prologues:
@@ -269,6 +275,20 @@ class Graphs:
         self.stats["invalidated"] += len(dropped)
         plan.dirty = False
 
+    def ran_python(self, plan: Plan, seg: Segment, offs: list[int], now: int) -> None:
+        """The bodies ``offs`` of ``seg`` ran Python (live or captured) in
+        replay ``now``: the graphs of other segments holding ops of their
+        groups, captured in an earlier replay, hold arrays that Python state
+        no longer refers to; they are captured again when they next run."""
+        keys = {plan.group_of.get(o) for o in offs} - {None}
+        if not keys:
+            return
+        for other in plan.segs:
+            if other is not seg and other.graph is not None and other.when != now and any(
+                    plan.group_of.get(o) in keys for o in other.members):
+                other.graph, other.keep = None, []
+                self.stats["stale"] += 1
+
     def dropped(self, recordings: Any) -> None:
         """Recordings are forgotten (a new strategy or mapper): their graphs go."""
         for rec in recordings:
@@ -296,8 +316,8 @@ class Graphs:
 class Replay:
     """One replay's graph state: which segments were submitted how far."""
 
-    def __init__(self, gr: Graphs, plan: Plan, cur: list[Op]) -> None:
-        self.gr, self.plan, self.cur = gr, plan, cur
+    def __init__(self, gr: Graphs, plan: Plan, cur: list[Op], number: int) -> None:
+        self.gr, self.plan, self.cur, self.number = gr, plan, cur, number
         self.runner: dict[int, Op] = {}  # id(segment) -> its runner op this replay
         self.inside: dict[int, set] = {}  # id(segment) -> its member ops this replay
         self.bodies: dict[int, Any] = {}  # offset -> the member's body (markers have none)
@@ -357,9 +377,10 @@ class Replay:
         inst = gr.rt.instances
 
         def run(_: Op) -> None:
-            if not full or vol or any(o in plan.live for o in offs):
-                gr.close_group(plan, set(offs))  # see "Python state" in the module doc
-                return self._live(seg, ops)
+            live = [o for o in offs if o in plan.live]
+            if not full or vol or live:
+                gr.close_group(plan, set(live) | set(vol) | (set() if full else set(offs)))
+                return self._live(seg, offs, ops)
             if seg.graph is not None and seg.gen != inst.generation:
                 seg.graph, seg.keep = None, []
                 gr.stats["stale"] += 1
@@ -370,8 +391,10 @@ class Replay:
         return runner, self.deps.pop(sid)
 
     # -- what a runner does (on the GPU's worker) -------------------------------------------
-    def _live(self, seg: Segment, ops: list) -> None:
+    def _live(self, seg: Segment, offs: list[int], ops: list) -> None:
         self.gr.stats["live_runs"] += 1
+        seg.graph, seg.keep = None, []
+        self.gr.ran_python(self.plan, seg, offs, self.number)
         for op, body in ops:
             _run(op, body)
 
@@ -400,18 +423,20 @@ class Replay:
             graph, keep = be.capture(seg.k, gr.stream(seg.k), bodies)
         except GraphCaptureError as exc:
             gr.stats["capture_failed"] += 1
-            gr.close_group(plan, set(offs))
+            gr.close_group(plan, {offs[at[0]]})
             _debug(gr.rt, f"trace {plan.rec.name!r}: {ops[at[0]][0].describe()} cannot be "
                           f"captured ({exc}); it runs live from now on")
             for op, _ in ops:
                 op.result = None
-            return self._live(seg, ops)
+            return self._live(seg, offs, ops)
         returned = {o for o, (op, _) in zip(offs, ops) if op.result is not None}
         if returned:
             gr.close_group(plan, returned)  # results: live from the next replay on
         seg.graph, seg.keep, seg.gen = graph, keep, gr.rt.instances.generation
         seg.args = {o: _plain(body) for o, (_, body) in zip(offs, ops)}
         seg.captures += 1
+        seg.when = self.number
+        gr.ran_python(plan, seg, offs, self.number)
         gr.stats["captured"] += 1
         self._launch(seg, ops, replay=False)
 
