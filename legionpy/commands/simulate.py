@@ -78,7 +78,9 @@ def _configure(p) -> None:
                    help="draw the strategy (one row per op)")
     p.add_argument("--cost", type=cost_spec, default=None,
                    metavar="analytic|measured|contended|FILE",
-                   help="cost model: analytic roofline (default), measured (real kernels on "
+                   help="cost model: the preset's packaged GPU profile when `legionpy machines` "
+                        "lists one, else the analytic roofline (default); analytic; measured "
+                        "(real kernels on "
                         "this machine, cached), contended (measured with every device busy; "
                         "the default with --compare, as `legionpy train` predicts), or a "
                         "profile JSON from `legionpy profile`")
@@ -105,18 +107,22 @@ def _simulate(args) -> dict:
     check_cost_model(args.cost, machine)
     strategy = Strategy.resolve(args.strategy, graph, machine)
     from ..optimizer.costmodel import cost_model_from_spec
-
-    args.cost = args.cost or "analytic"
+    from ..optimizer.search import cost_model_summary
     from ..progress import Stages
 
+    cm = cost_model_from_spec(args.cost, len(machine.devices), machine)
     with Stages(["task graph", "schedule"], f"simulate {args.model}", args.json) as stages:
-        sim = Simulator(graph, machine, cost_model_from_spec(args.cost, len(machine.devices)))
+        sim = Simulator(graph, machine, cm)
         sim.on_stage = stages
         result = sim.run(strategy)
         sim.on_stage = None
     out = result.to_dict()
+    summary = cost_model_summary(cm)
     out.update({"model": args.model, "machine": machine.name, "strategy": str(args.strategy),
-                "cost_model": args.cost})
+                "cost_model": args.cost or ("profile" if "tiles" in summary else "analytic")})
+    if "tiles" in summary:
+        out["cost_tiles"] = summary["tiles"]
+        out["cost_source"] = summary["name"]
     if args.trace:
         write_chrome_trace(sim.tasks(), args.trace)
     if args.taskgraph:
@@ -132,6 +138,12 @@ def _simulate(args) -> dict:
         f"  tasks {result.num_tasks}, bytes moved {result.bytes_moved / 1e6:.2f} MB, "
         f"busiest device {busiest[0]} {busiest[1] * 1e3:.3f} ms",
     ]
+    if "tiles" in summary:
+        t = summary["tiles"]
+        lines.append(f"  costs: {summary['name']}: {t['table']} of {t['table'] + t['analytic']} "
+                     f"tiles from the table, {t['analytic']} analytic")
+    else:
+        lines.append(f"  costs: {out['cost_model']}")
     return {"text": "\n".join(lines), **out}
 
 

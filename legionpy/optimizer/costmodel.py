@@ -42,7 +42,7 @@ from .strategy import atomic_write_json
 
 __all__ = ["CostModel", "AnalyticCostModel", "MeasuredCostModel", "TableCostModel",
            "cost_key", "MIN_DURATION", "default_cache_path", "cost_model_from_spec",
-           "COSTS_FORMAT"]
+           "COSTS_FORMAT", "default_cost_model"]
 
 MIN_DURATION = 1e-9  # seconds
 COSTS_FORMAT = "legionpy-costs/1"
@@ -70,13 +70,17 @@ def _read_table(path: str) -> dict[str, list[float]]:
     return table
 
 
-def cost_model_from_spec(spec: str | None, concurrency: int | None = None) -> CostModel:
-    """``"analytic"`` (or None) -> AnalyticCostModel; ``"measured"`` ->
+def cost_model_from_spec(spec: str | None, concurrency: int | None = None,
+                         machine=None) -> CostModel:
+    """None -> :func:`default_cost_model` of ``machine`` (a preset's packaged
+    GPU profile, else analytic); ``"analytic"`` -> AnalyticCostModel; ``"measured"`` ->
     :meth:`MeasuredCostModel.local` (real kernels, disk cache);
     ``"contended"`` -> the same timed while ``concurrency - 1`` other devices
     run (:class:`~legionpy.optimizer.calibration.ContendedCostModel`; default:
     this process's cores); a path -> :meth:`TableCostModel.from_json`."""
-    if spec in (None, "analytic"):
+    if spec is None:
+        return default_cost_model(machine)
+    if spec == "analytic":
         return AnalyticCostModel()
     if spec == "measured":
         return MeasuredCostModel.local()
@@ -229,19 +233,65 @@ class MeasuredCostModel(AnalyticCostModel):
 
 class TableCostModel(MeasuredCostModel):
     """A recorded profile ``{cost_key: [forward_s, backward_s]}``. Missing tiles
-    use the analytic model when ``fallback=True``, else raise."""
+    use the analytic model when ``fallback=True``, else raise.
 
-    def __init__(self, table: dict, fallback: bool = True, **analytic) -> None:
+    ``source``: what the table is (a file name, a packaged profile) for the
+    reports. The model counts the distinct tiles it was asked for:
+    :meth:`coverage` says how many came from the table and how many from
+    the analytic fallback (``legionpy simulate`` prints it)."""
+
+    def __init__(self, table: dict, fallback: bool = True, source: str = "",
+                 **analytic) -> None:
         super().__init__(None, None, **analytic)
         self.table = dict(table)
         self.fallback = fallback
+        self.source = source
+        self.hits: set[str] = set()
+        self.misses: set[str] = set()
+        self._lookups: dict = {}
 
     @classmethod
     def from_json(cls, path: str, fallback: bool = True) -> TableCostModel:
         """Load a profile (bare table or ``{"costs": ...}``, see module docstring)."""
-        return cls(_read_table(path), fallback)
+        return cls(_read_table(path), fallback, source=os.path.basename(path))
 
     def op_time(self, op, out, device):
-        if not self.fallback and cost_key(op, out, device.kind) not in self.table:
-            raise StrategyError(f"cost table has no entry for {cost_key(op, out, device.kind)}")
-        return super().op_time(op, out, device)
+        memo = (id(op), out, device.kind, device.flops, device.mem_bw)
+        r = self._lookups.get(memo)
+        if r is not None:
+            return r
+        key = cost_key(op, out, device.kind)
+        hit = self.table.get(key)
+        if hit is None:
+            if not self.fallback:
+                raise StrategyError(f"cost table {self.source or ''} has no entry for {key}; "
+                                    "profile that tile (`legionpy profile`) or allow the "
+                                    "analytic fallback")
+            self.misses.add(key)
+            r = AnalyticCostModel.op_time(self, op, out, device)
+        else:
+            self.hits.add(key)
+            r = (max(MIN_DURATION, hit[0]), max(MIN_DURATION, hit[1]))
+        self._lookups[memo] = r
+        return r
+
+    def coverage(self) -> dict[str, int]:
+        """``{"table": n, "analytic": m}``: distinct tiles asked for so far that
+        the table held, and that fell back to the analytic model."""
+        return {"table": len(self.hits), "analytic": len(self.misses)}
+
+
+def default_cost_model(machine=None) -> CostModel:
+    """The cost model of ``machine`` when the caller names none (the
+    Simulator's and the search's default): for a preset backed by a recorded
+    GPU profile packaged with legionpy (:mod:`legionpy.optimizer.profiles`),
+    a :class:`TableCostModel` over it with the analytic model for tiles it
+    lacks; else :class:`AnalyticCostModel`."""
+    preset = getattr(machine, "preset", "")
+    if preset:
+        from .profiles import preset_cost_model
+
+        cm = preset_cost_model(preset)
+        if cm is not None:
+            return cm
+    return AnalyticCostModel()

@@ -25,9 +25,14 @@ dgx1       8 V100 (15.7 TFLOP/s, 900 GB/s, 16 GiB), NVLink2 hybrid cube mesh
 h100:NxG   H100 SXM (67 TFLOP/s fp32, 3.35 TB/s, 80 GiB); NVSwitch inside a
            node (450 GB/s per GPU per direction), 400 Gb/s (50 GB/s) per GPU
            to the network switch, PCIe 5 (55 GB/s) to the host
+h200:NxG   H200 SXM: the h100 machine with HBM3e (4.8 TB/s, 141 GB)
 local      the CPU devices of this process: one direct directed link per
            ordered pair, bandwidth = measured memcpy rate (DESIGN contracts)
 ========== ==================================================================
+
+A preset machine remembers its preset (``machine.preset``): its default
+cost model is the recorded GPU profile packaged for that preset when there
+is one (:mod:`legionpy.optimizer.profiles`), else the analytic roofline.
 """
 
 from __future__ import annotations
@@ -86,6 +91,9 @@ class Machine:
         #: for a measured machine (:meth:`local`): the identity of the cached
         #: calibration records its figures come from ("" for a described one)
         self.calibration = calibration
+        #: the preset this machine was built from ("" for any other): its
+        #: packaged GPU profile, if any, is its default cost model
+        self.preset = ""
         self.devices: list[DeviceSpec] = list(devices)
         self.switches: list[str] = list(switches)
         self.links: list[LinkSpec] = list(links)
@@ -218,7 +226,9 @@ class Machine:
         """The same machine with every link's bandwidth multiplied by ``factor``."""
         links = [LinkSpec(ln.id, ln.src, ln.dst, ln.bandwidth * factor, ln.latency, ln.name)
                  for ln in self.links]
-        return Machine(self.devices, links, self.switches, f"{self.name}*bw{factor:g}")
+        m = Machine(self.devices, links, self.switches, f"{self.name}*bw{factor:g}")
+        m.preset = self.preset  # the same devices: the same kernel times
+        return m
 
     def spec(self) -> str:
         return self.name
@@ -243,7 +253,14 @@ class Machine:
         measured figures themselves, so a cache entry keeps hitting for as
         long as the calibration it was made with is the one in use."""
         if not self.calibration:
-            return self.to_dict()
+            d = self.to_dict()
+            if self.preset:  # strategies found on a recorded profile differ
+                from .profiles import preset_profile
+
+                prof = preset_profile(self.preset)
+                if prof is not None:
+                    d["cost_profile"] = prof.identity
+            return d
         return {"name": self.name, "calibration": self.calibration,
                 "devices": [(d.name, d.kind, d.node) for d in self.devices],
                 "switches": list(self.switches),
@@ -301,7 +318,9 @@ class Machine:
             return cls.local()
         if int(nodes) < 1:
             raise MachineError(f"nodes must be >= 1, got {nodes}")
-        return PRESETS[key](int(nodes), gpus_per_node)
+        m = PRESETS[key](int(nodes), gpus_per_node)
+        m.preset = key
+        return m
 
     @classmethod
     def parse(cls, spec: str) -> Machine:
@@ -588,10 +607,11 @@ def _dgx1(nodes: int, g: int | None) -> Machine:
     return b.build()
 
 
-def _h100(nodes: int, g: int | None) -> Machine:
+def _h100(nodes: int, g: int | None, name: str = "h100", mem_bw: float = 3.35e12,
+          memory: float = 80 * 2**30) -> Machine:
     g = g or 8
-    b = _Builder(f"h100:{nodes}x{g}")
-    b.gpus(nodes, g, 67e12, 3.35e12, 80 * 2**30, 55e9,
+    b = _Builder(f"{name}:{nodes}x{g}")
+    b.gpus(nodes, g, 67e12, mem_bw, memory, 55e9,
            switches=[f"nvswitch{n}" for n in range(nodes)] + ["ib"])
     for n in range(nodes):
         for k in range(g):
@@ -603,4 +623,9 @@ def _h100(nodes: int, g: int | None) -> Machine:
     return b.build()
 
 
-PRESETS = {"p100": _p100, "k80": _k80, "dgx1": _dgx1, "h100": _h100, "local": None}
+def _h200(nodes: int, g: int | None) -> Machine:
+    return _h100(nodes, g, "h200", 4.8e12, 141e9)
+
+
+PRESETS = {"p100": _p100, "k80": _k80, "dgx1": _dgx1, "h100": _h100, "h200": _h200,
+           "local": None}

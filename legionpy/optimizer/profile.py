@@ -9,7 +9,9 @@ the forward once to fill the per-tile cache, and returns two zero-argument
 callables: the tile's forward and its backward (``tile_forward`` /
 ``tile_backward``, the very functions the training tasks call). On a GPU
 device the arrays are CuPy arrays on that GPU and each call synchronises
-the device, so the timed region covers the kernels, not their launch.
+the device, so the timed region covers the kernels, not their launch
+(CuPy through the runtime's GPU backend, so the emulated backend of
+``LEGIONPY_GPU_BACKEND=emulated`` runs the same path without a GPU).
 
 :func:`profile_model` measures every distinct tile a set of strategies needs
 on the local machine's device kinds and returns the cost table
@@ -72,19 +74,22 @@ def tile_arrays(op: Any, out: Rect, seed: int = 0) -> tuple[list[np.ndarray], di
 
 
 def _to_device(a: Any, device: DeviceSpec) -> Any:
+    """``a`` on the current GPU for a GPU device (through the runtime's GPU
+    backend: CuPy, or the emulated one of ``LEGIONPY_GPU_BACKEND=emulated``)."""
     if device.kind != "gpu":
         return a
-    import cupy
+    from ..runtime.gpu import backend
 
-    return cupy.asarray(a)
+    return backend().asarray(a)
 
 
 def _sync(device: DeviceSpec) -> Callable[[], None]:
     if device.kind != "gpu":
         return lambda: None
-    import cupy
+    from ..runtime.gpu import backend
 
-    return lambda: cupy.cuda.Device().synchronize()
+    gpu = backend()
+    return lambda: gpu.Device().synchronize()
 
 
 def tile_runner(op: Any, out: Rect, device: DeviceSpec) -> tuple[Callable[[], Any],

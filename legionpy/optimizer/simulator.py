@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import StrategyError
 from . import memory
 from . import simkernels as K
-from .costmodel import AnalyticCostModel, CostModel
+from .costmodel import CostModel, default_cost_model
 from .memory import Feasibility
 from .taskgraph import COPY, TaskGraph
 
@@ -82,14 +82,15 @@ class SimResult:
 
 
 class Simulator:
-    """Simulates iterations of ``graph`` on ``machine`` (cost model: analytic
-    by default, or any :class:`CostModel`). Keeps the last task graph so
-    :meth:`delta` can update it op by op."""
+    """Simulates iterations of ``graph`` on ``machine`` (cost model: any
+    :class:`CostModel`; by default :func:`default_cost_model` of the machine,
+    the analytic roofline unless a packaged GPU profile backs its preset).
+    Keeps the last task graph so :meth:`delta` can update it op by op."""
 
     def __init__(self, graph, machine, cost_model: CostModel | None = None,
                  optimizer_slots: int = 1) -> None:
         self.graph, self.machine = graph, machine
-        self.cost = cost_model or AnalyticCostModel()
+        self.cost = cost_model or default_cost_model(machine)
         self.tg = TaskGraph(graph, machine, self.cost, optimizer_slots)
         #: heap pops of the last delta(), or -1 if it fell back to a full
         #: reschedule (only on an internal invariant failure; never expected)

@@ -169,17 +169,19 @@ def _measure(cl: Any, hosts: list[str], devices: list, per_rank: list, key: str)
 def _gpu_memcpy(devices: list) -> dict | None:
     if not any(d["kind"] == "gpu" for d in devices):
         return None
-    import cupy
+    from .gpu import backend  # CuPy, or the emulated backend (runtime/emugpu.py)
 
-    a = cupy.ones(_BIG, cupy.uint8)
-    b = cupy.empty_like(a)
-    best = float("inf")
-    for _ in range(_REPS):
-        cupy.cuda.Device().synchronize()
-        t0 = time.perf_counter()
-        b[...] = a
-        cupy.cuda.Device().synchronize()
-        best = min(best, time.perf_counter() - t0)
+    gpu = backend()
+    with gpu.Device(0) as dev:
+        a = gpu.asarray(np.ones(_BIG, np.uint8))
+        b = a.copy()
+        best = float("inf")
+        for _ in range(_REPS):
+            dev.synchronize()
+            t0 = time.perf_counter()
+            b[...] = a
+            dev.synchronize()
+            best = min(best, time.perf_counter() - t0)
     return {"bandwidth": _BIG / best, "latency": 5e-6}
 
 

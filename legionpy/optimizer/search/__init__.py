@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..costmodel import default_cost_model
 from ..memory import check as check_memory
 from ..memory import format_bytes
 from ..simulator import Simulator
@@ -125,6 +126,10 @@ class SearchReport:
             tail += (f" (searching {b['search_s']:.1f} s of a {b['budget_s']:g} s budget, "
                      f"scoring {b['scoring_s']:.1f} s)")
         lines.append(tail)
+        cm = self.details.get("cost_model")
+        if cm and "tiles" in cm:  # say when the times are a recorded GPU's
+            lines.append(f"costs: {cm['name']} ({cm['tiles']['table']} tiles from the table, "
+                         f"{cm['tiles']['analytic']} analytic)")
         return "\n".join(lines)
 
 
@@ -157,6 +162,7 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
         from ...errors import StrategyError
         raise StrategyError(f"unknown search methods {sorted(unknown)}; known: "
                             f"{list(DEFAULT_METHODS) + ['owt', 'exhaustive']}")
+    cost_model = cost_model or default_cost_model(machine)  # one model for every method
     sim = Simulator(graph, machine, cost_model)
     rep = SearchReport(graph.name, machine.name)
     # {method: (strategy, search s)} as methods finish; a caller's dict keeps
@@ -282,7 +288,17 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
     rep.search_time_s = time.perf_counter() - t0
     rep.details["budget"] = {"budget_s": budget_s, "search_s": max(0.0, search_s),
                              "scoring_s": scoring[0]}
+    rep.details["cost_model"] = cost_model_summary(cost_model)
     return rep
+
+
+def cost_model_summary(cost_model) -> dict:
+    """``{"name", "tiles"?}``: the cost model a search or simulation ran on
+    (a recorded profile: its files and how many tiles came from its table)."""
+    out = {"name": getattr(cost_model, "source", "") or type(cost_model).__name__}
+    if hasattr(cost_model, "coverage"):
+        out["tiles"] = cost_model.coverage()
+    return out
 
 
 def graph_hash(graph, machine, **settings) -> str:

@@ -39,7 +39,7 @@ import numpy as np
 
 from ...geometry import Rect
 from ...placement import update_shards
-from ..costmodel import AnalyticCostModel, CostModel
+from ..costmodel import CostModel, default_cost_model
 
 __all__ = ["AdditiveCosts"]
 
@@ -49,7 +49,7 @@ class AdditiveCosts:
 
     def __init__(self, graph, machine, cost_model: CostModel | None = None) -> None:
         self.graph, self.machine = graph, machine
-        self.cost = cost_model or AnalyticCostModel()
+        self.cost = cost_model or default_cost_model(machine)
         D = machine.num_devices
         self.lat = np.zeros((D, D))
         self.spb = np.zeros((D, D))

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..costmodel import AnalyticCostModel
+from ..costmodel import default_cost_model
 from ..memory import INFEASIBLE_BASE_S
 from ..simulator import Simulator
 from ..strategy import Strategy, _split_first
@@ -71,7 +71,7 @@ def stage_counts(machine) -> list[int]:
 
 def op_work(graph, machine, cost_model=None, optimizer_slots: int = 1) -> np.ndarray:
     """Per op: its share of forward + backward seconds plus its share of bytes kept."""
-    cost = cost_model or AnalyticCostModel()
+    cost = cost_model or default_cost_model(machine)
     spec = machine.devices[0]
     secs, mem = [], []
     seen: set[int] = set()

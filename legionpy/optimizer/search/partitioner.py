@@ -36,7 +36,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from ..costmodel import AnalyticCostModel
+from ..costmodel import default_cost_model
 from ..strategy import ParallelConfig, Strategy
 from .costs import AdditiveCosts
 
@@ -59,7 +59,7 @@ def partition(graph, machine, eps: float = 0.1, init: str = "block", seed: int =
     """Place every op whole on one device (see the module docstring)."""
     t0 = time.perf_counter()
     D = machine.num_devices
-    costs = AdditiveCosts(graph, machine, cost_model or AnalyticCostModel())
+    costs = AdditiveCosts(graph, machine, cost_model or default_cost_model(machine))
     ops = graph.ops
     n = len(ops)
     w = [costs.compute(op, ParallelConfig.single(len(op.output_shape), 0)) for op in ops]
