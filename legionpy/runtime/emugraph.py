@@ -43,7 +43,8 @@ sequence computes when it runs live, which tests/runtime/test_gpu_graphs.py
 checks on whole training runs.
 
 Counters (:func:`stats`): captures begun, ended, invalidated; graph launches
-and the recorded steps they ran.
+and the recorded steps they ran; ``issued``: kernels the host issued one by
+one (what a graph launch replaces).
 """
 
 from __future__ import annotations
@@ -63,17 +64,22 @@ _tls = threading.local()
 _lock = threading.Lock()
 _active = 0  # captures open in any thread: emugpu's fast path checks it
 _stats = {"captures": 0, "ended": 0, "invalidated": 0, "launches": 0, "steps": 0}
+#: kernels the host issued outside captures (one per emulated kernel run
+#: live; a graph launch counts in ``launches``); not locked: a benchmark figure
+issued = 0
 
 
 def stats() -> dict:
     with _lock:
-        return dict(_stats)
+        return {**_stats, "issued": issued}
 
 
 def reset_stats() -> None:
+    global issued
     with _lock:
         for k in _stats:
             _stats[k] = 0
+        issued = 0
 
 
 def _bump(key: str, n: int = 1) -> None:
@@ -185,6 +191,8 @@ def kernel(fn: Callable, args: tuple, kwargs: dict) -> Any:
     while this thread captures, also record it (see the module doc)."""
     cap = capturing()
     if cap is None:
+        global issued
+        issued += 1
         return fn(*args, **kwargs)
     if cap.invalid is not None:
         raise GraphCaptureError(f"a kernel on {_name(cap.stream)} after the capture was "
@@ -199,8 +207,37 @@ def kernel(fn: Callable, args: tuple, kwargs: dict) -> Any:
         _touch(cap, v, roots)
     r = _arrays(fn(*args, **kwargs))
     _fresh(cap, r, roots)
-    cap.steps.append((fn, args, kwargs, r))
+    uf = _as_ufunc(fn)
+    if uf is not None and isinstance(r, np.ndarray) and id(_root(r)) in cap.fresh \
+            and "out" not in kwargs and uf.nout == 1:
+        # a ufunc writes its result in place at launch (no temporary, no copy)
+        cap.steps.append((uf, args, {**kwargs, "out": r}, None))
+    else:
+        cap.steps.append((fn, args, kwargs, r))
     return r
+
+
+#: ndarray operators that are ufuncs applied to (self, other)
+_OPERATORS = {f"__{n}__": getattr(np, u) for n, u in (
+    ("add", "add"), ("sub", "subtract"), ("mul", "multiply"), ("truediv", "true_divide"),
+    ("floordiv", "floor_divide"), ("mod", "remainder"), ("pow", "power"),
+    ("matmul", "matmul"), ("neg", "negative"), ("pos", "positive"), ("abs", "absolute"),
+    ("invert", "invert"), ("and", "bitwise_and"), ("or", "bitwise_or"),
+    ("xor", "bitwise_xor"), ("lt", "less"), ("le", "less_equal"), ("gt", "greater"),
+    ("ge", "greater_equal"), ("eq", "equal"), ("ne", "not_equal"))}
+
+
+def _as_ufunc(fn: Any) -> np.ufunc | None:
+    """The ufunc ``fn`` applies (itself, ``ufunc.__call__``, an operator)."""
+    if isinstance(fn, np.ufunc):
+        return fn
+    owner = getattr(fn, "__self__", None)
+    name = getattr(fn, "__name__", "")
+    if isinstance(owner, np.ufunc):
+        return owner if name == "__call__" else None
+    if owner is None and getattr(fn, "__objclass__", None) is np.ndarray:
+        return _OPERATORS.get(name)
+    return None
 
 
 def _arrays(r: Any) -> Any:

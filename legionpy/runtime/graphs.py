@@ -40,7 +40,8 @@ made anew by each copy), and not found live. An op is found *live* when
 
 - capturing it raised GraphCaptureError (a host transfer or
   synchronisation: ``.item()``, ``float()``, ``cupy.asarray`` of host data,
-  ``synchronize``, boolean masks);
+  ``synchronize``, boolean masks; the members after it are then captured one
+  by one, and discarded, to find every such op in one replay);
 - its body returned a value (a host value, or a device array the graph would
   overwrite at the next launch while a Future still holds it);
 - its plain arguments differ from those of the replay it was captured in
@@ -67,8 +68,10 @@ temporaries a capture allocates are kept for the graph's life (emulated:
 the graph holds its arrays; CuPy: a capture-time allocator,
 ``cupy.cuda.using_allocator``, whose allocations the segment keeps). A
 grown instance (``Instances.generation`` changed) makes every graph of the
-trace stale: the segment runs live and is captured again; a re-recorded
-trace (``set_strategy``, a new mapper) drops its graphs with it.
+trace stale, and so does a reduction buffer it uses that was replaced
+(dropped at a fence, or grown): the segment is captured again (its bodies
+make the buffers anew); a re-recorded trace (``set_strategy``, a new
+mapper) drops its graphs with it.
 
 ``LEGIONPY_CUDA_GRAPHS=0`` turns graphs off. A trace with an op on a CPU
 device or another rank, or replayed in readiness order
@@ -100,7 +103,7 @@ class Segment:
     """A run of one GPU's fixed order captured as one graph."""
 
     __slots__ = ("queue", "k", "members", "graph", "gen", "args", "keep", "captures",
-                 "launches", "when")
+                 "launches", "when", "bufs")
 
     def __init__(self, queue: int, k: int, members: tuple[int, ...]) -> None:
         self.queue, self.k, self.members = queue, k, members
@@ -110,6 +113,9 @@ class Segment:
         self.keep: list = []  # CuPy: the capture's allocations
         self.captures = self.launches = 0
         self.when = -1  # the replay (Graphs.replays) that captured it
+        #: [(key, entry)]: the reduction buffers its graph uses, as captured
+        #: (a fence drops them, a grown one is replaced: then it is stale)
+        self.bufs: list[tuple[Any, Any]] = []
 
     def __repr__(self) -> str:
         return f"<Segment GPU {self.queue}: ops {list(self.members)}>"
@@ -139,7 +145,8 @@ class Graphs:
         self.replays = 0  # replays started (a capture remembers which)
         #: ``captured``: segments captured; ``launched``: graph launches;
         #: ``replaced``: op bodies a launch replaced; ``live_runs``: segments
-        #: run live; ``stale``: graphs dropped for a grown instance;
+        #: run live; ``stale``: graphs dropped (grown instance, replaced
+        #: reduction buffer, a group's Python ran elsewhere);
         #: ``invalidated``: graphs dropped with their recording
         self.stats = {"captured": 0, "launched": 0, "replaced": 0, "live_runs": 0,
                       "stale": 0, "invalidated": 0, "capture_failed": 0}
@@ -381,7 +388,8 @@ class Replay:
             if not full or vol or live:
                 gr.close_group(plan, set(live) | set(vol) | (set() if full else set(offs)))
                 return self._live(seg, offs, ops)
-            if seg.graph is not None and seg.gen != inst.generation:
+            if seg.graph is not None and (seg.gen != inst.generation or any(
+                    inst.redbufs.get(k) is not e for k, e in seg.bufs)):
                 seg.graph, seg.keep = None, []
                 gr.stats["stale"] += 1
             if seg.graph is not None:
@@ -422,10 +430,17 @@ class Replay:
         try:
             graph, keep = be.capture(seg.k, gr.stream(seg.k), bodies)
         except GraphCaptureError as exc:
-            gr.stats["capture_failed"] += 1
-            gr.close_group(plan, {offs[at[0]]})
-            _debug(gr.rt, f"trace {plan.rec.name!r}: {ops[at[0]][0].describe()} cannot be "
-                          f"captured ({exc}); it runs live from now on")
+            bad = {offs[at[0]]: exc}
+            for i in range(at[0] + 1, len(ops)):  # find the others now, not one per replay
+                try:
+                    be.capture(seg.k, gr.stream(seg.k), lambda i=i: _run(*ops[i]))
+                except GraphCaptureError as exc2:
+                    bad[offs[i]] = exc2
+            gr.stats["capture_failed"] += len(bad)
+            gr.close_group(plan, set(bad))
+            for o, e in bad.items():
+                _debug(gr.rt, f"trace {plan.rec.name!r}: {self.cur[o].describe()} cannot be "
+                              f"captured ({e}); it runs live from now on")
             for op, _ in ops:
                 op.result = None
             return self._live(seg, offs, ops)
@@ -434,6 +449,8 @@ class Replay:
             gr.close_group(plan, returned)  # results: live from the next replay on
         seg.graph, seg.keep, seg.gen = graph, keep, gr.rt.instances.generation
         seg.args = {o: _plain(body) for o, (_, body) in zip(offs, ops)}
+        red = gr.rt.instances.redbufs
+        seg.bufs = [(k, red.get(k)) for _, body in ops for k in _buffer_keys(body)]
         seg.captures += 1
         seg.when = self.number
         gr.ran_python(plan, seg, offs, self.number)
@@ -490,6 +507,16 @@ def _run(op: Op, body: Any) -> None:
         raise TaskError(f"{op.describe()} raised {type(exc).__name__}: {exc}") from exc
     finally:
         op.end = time.perf_counter()
+
+
+def _buffer_keys(body: PointBody) -> list:
+    """The reduction buffers a body accumulates into or folds from."""
+    keys = [buf[0] for _, _, specs in body.views or () for _, _, _, buf in specs
+            if buf is not None]
+    for _, _, acts in body.prologues or ():
+        keys += [a.buffer for a in acts if getattr(a, "buffer", None) is not None
+                 and getattr(a, "staged", None) is None]
+    return keys
 
 
 def _group(fn: Any) -> Any:
