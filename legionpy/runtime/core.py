@@ -108,6 +108,9 @@ class Runtime:
             from .gpu import ordinal
 
             self.instances.gpu_of = {d.id: ordinal(d) for d in self.local if d.kind == "gpu"}
+            from .streams import Streams
+
+            self.sched.use_streams(Streams(self).install())  # one stream per device and link
         self.trace = Trace(self.t0, self.rank)
         self.tracer = Tracer(self)
         self._host_waits: list | None = None  # ids a host op waited for (while recording)
@@ -540,10 +543,13 @@ class Runtime:
         """A recorded fill, write or read, replayed after the ops in ``waits``."""
         if kind == "fill":
             return None
+        streams = self.sched.streams
         for o in waits:
             self.sched.wait(o)
             if o.state != DONE:
                 raise o.error
+            if streams is not None:
+                streams.host_wait(o)
         root, rect = region.root, region.rect
         host = self.instances.instance(HOST, root, field)
         if kind == "write":
@@ -650,6 +656,7 @@ class Runtime:
     def _wait_ids(self, ids: Any) -> None:
         if self._host_waits is not None:
             self._host_waits.extend(ids)
+        streams = self.sched.streams
         for d in sorted(ids):
             o = self._live.get(d)
             if o is not None:
@@ -657,6 +664,10 @@ class Runtime:
                 if o.state != DONE:
                     o.error.legionpy_reported = True
                     raise o.error
+                if streams is not None:
+                    streams.host_wait(o)
+            elif streams is not None:
+                streams.host_wait_id(d)
 
     def fence(self, timeout: float | None = None) -> None:
         """Wait for every launched op; raise the first failure (TaskError).
@@ -668,6 +679,8 @@ class Runtime:
         if self.repl is not None:
             self.repl.check_launches()
         self.sched.wait(None, timeout)
+        if self.sched.streams is not None:
+            self.sched.streams.fence()  # the host waits for every stream
         if self.repl is not None:
             self.repl.reset()
             self.repl.cl.check()
@@ -781,6 +794,8 @@ class Runtime:
 
             close_all()  # CUDA IPC handles this process opened
         self.sched.executor.close()
+        if self.sched.streams is not None:
+            self.sched.streams.close()
         if self.repl is not None:
             for req in self.repl.persistent:
                 req.Free()

@@ -13,16 +13,30 @@ and that plain numpy code never notices:
   indexing, assignment, arithmetic) raises :class:`~legionpy.errors.DeviceError`
   when one of its device arrays is not on the current device, or when it
   mixes a device array with a host numpy array (CuPy refuses implicit
-  host/device conversions: ``np.asarray(a)`` raises here too);
-- allocations are counted per device (bytes now and peak), pool buffers are
-  kept per (device, shape, dtype) for reuse, streams and events record the
-  order the runtime asks for, IPC handles are counted open and closed.
+  host/device conversions: ``np.asarray(a)`` raises here too); ``a.copy()``
+  of an array on another device is a peer copy onto the current one (as
+  ``cupy.ndarray.copy``);
+- every kernel runs on the thread's current stream of the current device
+  (``with Stream(k, name):``, emurace.py; the device's legacy stream when
+  none was made current), and the race detector of emurace.py raises when
+  two kernels on different streams, or a kernel and a host read, touch the
+  same bytes without an event ordering them;
+- allocations are counted per device (bytes now and peak, and how many:
+  ``stats()["allocs"]``, so a test can show a replayed step allocates
+  nothing), as are kernels per stream, events, waits and synchronisations,
+  and IPC handles opened and closed.
+
+Every emulated kernel goes through one function, :func:`_kernel` (the
+choke point: device check done by the caller, stream choice, race check,
+result on the current device). Stream capture (runtime/emugraph.py) hooks
+there through :data:`hook`.
 
 Kernels get :data:`xp` from ``array_module`` (ops/kernels/common.py): the
 numpy namespace whose functions check devices and make their results on the
-current device, as ``cupy.*`` does. What it does *not* emulate: timing,
-asynchrony (every operation completes at once, so a missing event wait
-cannot race), and kernels CuPy lacks (it runs every numpy function).
+current device, as ``cupy.*`` does. What it does *not* emulate: timing
+(every kernel completes at once: the detector reports a missing ordering
+whether or not a real GPU would have lost the race), and kernels CuPy lacks
+(it runs every numpy function).
 
 IPC: under MPI, instances are allocated in ``/dev/shm`` files, so a handle
 (the file name) opened by another process on the node maps the same bytes,
@@ -34,21 +48,28 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from ..errors import DeviceError
+from . import emurace
 from .emugraph import host_sync as _sync
-from .emugraph import kernel as _kernel
+from .emurace import Buf, Event, Stream, current_stream
 
-__all__ = ["EmuArray", "Device", "current", "xp", "stats", "reset_stats", "Stream", "Event"]
+__all__ = ["EmuArray", "Device", "current", "xp", "stats", "reset_stats", "Stream", "Event",
+           "current_stream", "label", "hook"]
 
-_tls = threading.local()
-_lock = threading.Lock()
+_tls = emurace._tls  # the current device and streams, per thread
+_lock = emurace._lock
+
+#: stream capture (runtime/emugraph.py): when set, every kernel calls
+#: ``hook(stream, what, fn, reads, writes)`` after the race check and before
+#: running; a return value other than None replaces ``fn`` (the capture's
+#: recording wrapper). ``reads`` / ``writes``: the EmuArrays it touches.
+hook: Callable[..., Any] | None = None
 
 
 def current() -> int:
@@ -72,7 +93,10 @@ class Device:
         _tls.dev = self._prev.pop()
 
     def synchronize(self) -> None:
+        """The host waits for every stream of this device (counted: the
+        runtime synchronises events, never whole devices)."""
         _sync(f"synchronize of emulated GPU {self.id}")
+        emurace.synchronize_device(self.id)
         with _lock:
             _stats["syncs"][self.id] = _stats["syncs"].get(self.id, 0) + 1
 
@@ -83,8 +107,7 @@ class Device:
 # -- statistics (tests read them) --------------------------------------------------------
 def _fresh() -> dict:
     return {"bytes": {}, "peak": {}, "allocs": {}, "syncs": {}, "pool_hits": 0,
-            "pool_misses": 0, "ipc_opened": 0, "ipc_closed": 0, "ipc_exported": 0,
-            "events": 0, "waits": 0}
+            "pool_misses": 0, "ipc_opened": 0, "ipc_closed": 0, "ipc_exported": 0}
 
 
 _stats = _fresh()
@@ -92,9 +115,14 @@ _stats = _fresh()
 
 def stats() -> dict:
     """A copy of the counters: ``bytes``/``peak``/``allocs`` per device,
-    ``syncs`` per device, pool hits and misses, IPC handles, events."""
+    ``syncs`` (whole-device synchronisations) per device, IPC handles, and
+    from the race detector ``events``, ``waits``, ``event_syncs``,
+    ``stream_syncs``, ``host_reads``, ``legacy_kernels`` (per device) and
+    ``stream_kernels`` (per stream name)."""
     with _lock:
-        return {k: dict(v) if isinstance(v, dict) else v for k, v in _stats.items()}
+        out = {k: dict(v) if isinstance(v, dict) else v for k, v in _stats.items()}
+        emurace.stats_into(out)
+        return out
 
 
 def reset_stats() -> None:
@@ -104,6 +132,7 @@ def reset_stats() -> None:
         _stats = _fresh()
         _stats["bytes"] = live
         _stats["peak"] = dict(live)
+        emurace.reset_counts()
 
 
 def _count(k: int, nbytes: int) -> None:
@@ -128,18 +157,20 @@ def _host(what: str) -> DeviceError:
                        "gpu.to_host / gpu.copy_to first")
 
 
-def _un(x: Any, what: str, dev: int, host_ok: bool = False) -> Any:
-    """``x`` with device arrays replaced by their numpy data (checked)."""
+def _un(x: Any, what: str, dev: int, arrs: list, host_ok: bool = False) -> Any:
+    """``x`` with device arrays replaced by their numpy data (checked); the
+    device arrays go to ``arrs``."""
     if type(x) is EmuArray:
         if x.device.id != dev:
             raise _wrong(what, x.device.id)
+        arrs.append(x)
         return x._a
     if type(x) is np.ndarray:
         if x.ndim and not host_ok:
             raise _host(what)
         return x
     if type(x) in (list, tuple):
-        return type(x)(_un(v, what, dev, host_ok) for v in x)
+        return type(x)(_un(v, what, dev, arrs, host_ok) for v in x)
     return x
 
 
@@ -153,11 +184,82 @@ def _wrap(r: Any, dev: int) -> Any:
     return r
 
 
-def _call(fn: Any, args: tuple, kwargs: dict, what: str) -> Any:
+# allocation (owner numpy array) -> its access records, found from any view
+_bufs: dict[int, tuple[Any, Buf]] = {}
+_nbuf = itertools.count()
+
+
+def _forget(key: int, ref: Any) -> None:
+    got = _bufs.get(key)
+    if got is not None and got[0] is ref:
+        del _bufs[key]
+
+
+def _buf_of(a: np.ndarray, dev: int) -> Buf:
+    o = a
+    base = o.base
+    while isinstance(base, np.ndarray):
+        o, base = base, base.base
+    key = id(o)
+    got = _bufs.get(key)
+    if got is not None and got[0]() is o:
+        return got[1]
+    b = Buf(o, f"an array {o.shape} {o.dtype} on emulated GPU {dev} (allocation "
+               f"#{next(_nbuf)})")
+    ref = weakref.ref(o, lambda r, key=key: _forget(key, r))
+    _bufs[key] = (ref, b)
+    return b
+
+
+def label(a: Any, text: str) -> None:
+    """Name ``a``'s allocation in race messages (e.g. "R3.x in memory 1")."""
+    if type(a) is EmuArray:
+        a.buf().desc = f"{text} ({a.buf().desc})"
+
+
+def _kernel(what: str, fn: Callable[[], Any], reads: list, writes: list, dev: int) -> Any:
+    """Run ``fn()`` as one kernel on GPU ``dev`` (the current device): on the
+    thread's current stream there (the legacy one when none is current),
+    after checking its accesses against the race detector: it reads the
+    EmuArrays ``reads`` and writes ``writes`` (a view's part only); the
+    arrays it returns are new allocations that kernel wrote. Every emulated
+    kernel goes through here; stream capture hooks here (:data:`hook`)."""
+    s = emurace.explicit_stream(dev) or emurace.legacy_stream(dev)
+    access = emurace.access
+    with _lock:
+        seq = s.enqueue()
+        for a in reads:
+            access(s, seq, a._a, a.buf(), False, what)
+        for a in writes:
+            access(s, seq, a._a, a.buf(), True, what)
+    if hook is not None:
+        fn = hook(s, what, fn, reads, writes) or fn
+    r = _wrap(fn(), dev)
+    fresh = [r] if type(r) is EmuArray else [x for x in r if type(x) is EmuArray] \
+        if type(r) in (list, tuple) else ()
+    if fresh:
+        mine = {id(a.buf()) for a in reads} | {id(a.buf()) for a in writes}
+        with _lock:
+            for x in fresh:
+                b = x.buf()
+                if id(b) not in mine:
+                    access(s, seq, x._a, b, True, what)
+    return r
+
+
+def _call(fn: Any, args: tuple, kwargs: dict, what: str, mutates: bool = False) -> Any:
+    """``fn(*args, **kwargs)`` as a kernel: array arguments are read, ``out=``
+    is written, and so is the first argument when ``mutates``."""
     dev = current()
-    a = _un(args, what, dev)
-    kw = {k: _un(v, what, dev) for k, v in kwargs.items()} if kwargs else kwargs
-    return _wrap(_kernel(fn, a, kw), dev)
+    reads: list = []
+    writes: list = []
+    a = _un(args, what, dev, reads)
+    kw = kwargs
+    if kwargs:
+        kw = {k: _un(v, what, dev, writes if k == "out" else reads) for k, v in kwargs.items()}
+    if mutates and args and type(args[0]) is EmuArray:
+        writes.append(args[0])
+    return _kernel(what, lambda: fn(*a, **kw), reads, writes, dev)
 
 
 def _basic(key: Any) -> bool:
@@ -178,20 +280,36 @@ class _DeviceRef:
 
 
 _DEVS: dict[int, _DeviceRef] = {}
+#: numpy functions and methods that write their first argument (or the array)
+_MUTATING = frozenset({"copyto", "put", "place", "putmask", "fill_diagonal", "put_along_axis",
+                       "fill", "sort", "partition", "itemset", "resize", "setfield"})
 
 
 class EmuArray:
     """A numpy array on emulated GPU ``device.id`` (see the module doc)."""
 
-    __slots__ = ("_a", "device", "__weakref__")
+    __slots__ = ("_a", "device", "_b", "__weakref__")
     __array_priority__ = 1000
 
     def __init__(self, a: np.ndarray, dev: int) -> None:
         self._a = a
+        self._b: Buf | None = None
         d = _DEVS.get(dev)
         if d is None:
             d = _DEVS.setdefault(dev, _DeviceRef(dev))
         self.device = d
+
+    def buf(self) -> Buf:
+        """The access records of this array's allocation (race detector)."""
+        b = self._b
+        if b is None:
+            b = self._b = _buf_of(self._a, self.device.id)
+        return b
+
+    def _view(self, a: np.ndarray) -> EmuArray:
+        v = EmuArray(a, self.device.id)
+        v._b = self._b
+        return v
 
     # metadata: no kernel, no check (as CuPy)
     shape = property(lambda self: self._a.shape)
@@ -204,7 +322,7 @@ class EmuArray:
 
     @property
     def T(self) -> EmuArray:  # noqa: N802 - numpy's name
-        return EmuArray(self._a.T, self.device.id)
+        return self._view(self._a.T)
 
     def __len__(self) -> int:
         return len(self._a)
@@ -215,52 +333,68 @@ class EmuArray:
     def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
         raise _host("np.asarray / implicit conversion of an emulated GPU array")
 
+    # -- host reads: synchronous copies to the host ------------------------------------------
+    def _to_host(self, what: str) -> np.ndarray:
+        """Check a read by the host: as CuPy, the copy runs on the current
+        stream of the array's device (the legacy one when none was made
+        current, which is ordered after what the host synchronised with
+        and nothing else) and the host waits for it."""
+        _sync(f"{what} (a device-to-host copy)")
+        dev = self.device.id
+        s = emurace.explicit_stream(dev) or emurace.legacy_stream(dev)
+        with _lock:
+            emurace.host_read(s, self._a, self.buf(), what)
+        return self._a
+
     def get(self) -> np.ndarray:
         """A host copy (``cupy.ndarray.get``)."""
-        _sync("a device-to-host copy (ndarray.get)")
-        return np.array(self._a, copy=True)
+        return np.array(self._to_host("ndarray.get"), copy=True)
 
     def item(self) -> Any:
-        _sync("ndarray.item (a device-to-host copy)")
-        return self._a.item()
+        return self._to_host("ndarray.item").item()
 
     def tolist(self) -> Any:
-        _sync("ndarray.tolist (a device-to-host copy)")
-        return self._a.tolist()
+        return self._to_host("ndarray.tolist").tolist()
 
     def __float__(self) -> float:
-        _sync("float() of a device array")
-        return float(self._a)
+        return float(self._to_host("float()"))
 
     def __int__(self) -> int:
-        _sync("int() of a device array")
-        return int(self._a)
+        return int(self._to_host("int()"))
 
     def __bool__(self) -> bool:
-        _sync("bool() of a device array")
-        return bool(self._a)
+        return bool(self._to_host("bool()"))
 
     def __iter__(self) -> Iterator[EmuArray]:
         for i in range(len(self._a)):
             yield self[i]
 
+    # -- kernels -----------------------------------------------------------------------
     def __getitem__(self, key: Any) -> Any:
         dev = self.device.id
-        if dev != current() and not _basic(key):  # a view needs no kernel (as CuPy)
+        if _basic(key):  # a view needs no kernel (as CuPy)
+            return self._view(self._a[key])
+        if dev != current():
             raise _wrong("indexing an array", dev)
-        k = _un(key, "an index", dev, host_ok=True)
-        if _basic(key):
-            return _wrap(self._a[k], dev)  # a view: no kernel
+        reads = [self]
+        k = _un(key, "an index", dev, reads, host_ok=True)
         if getattr(k, "dtype", None) == np.bool_:
             _sync("boolean-mask indexing (its size is data-dependent)")
-        return _wrap(_kernel(_getitem, (self._a, k), {}), dev)
+        return _kernel("indexing (gather)", lambda: self._a[k], reads, [], dev)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         dev = self.device.id
         if dev != current():
             raise _wrong("writing into an array", dev)
-        _kernel(_setitem, (self._a, _un(key, "an index", dev, host_ok=True),
-                           _un(value, "an assignment", dev)), {})
+        reads: list = []
+        k = _un(key, "an index", dev, reads, host_ok=True)
+        v = _un(value, "an assignment", dev, reads)
+        target = self._view(self._a[k]) if _basic(key) else self
+        a = self._a
+
+        def run() -> None:
+            a[k] = v
+        _kernel("an assignment (setitem)", run, reads, [target], dev)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):  # __array_interface__ and the like: no implicit host view
@@ -268,30 +402,45 @@ class EmuArray:
         attr = getattr(self._a, name)
         if callable(attr):
             dev = self.device.id
+            what = f"ndarray.{name}"
+            writes = [self] if name in _MUTATING else []
 
             def method(*args: Any, **kwargs: Any) -> Any:
-                if dev != current():
-                    raise _wrong(f"ndarray.{name}", dev)
-                return _call(attr, args, kwargs, f"ndarray.{name}")
+                cur = current()
+                if dev != cur and name != "copy":  # copy: a peer copy onto the current GPU
+                    raise _wrong(what, dev)
+                reads = [self]
+                a = _un(args, what, cur, reads)
+                kw = {k: _un(v, what, cur, writes if k == "out" else reads)
+                      for k, v in kwargs.items()} if kwargs else kwargs
+                return _kernel(what, lambda: attr(*a, **kw), reads, writes, cur)
             return method
-        return _wrap(attr, self.device.id)
+        v = _wrap(attr, self.device.id)
+        if type(v) is EmuArray:
+            v._b = self._b if v._a.base is not None else None
+        return v
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        what = f"numpy.{ufunc.__name__}"
+        what = f"numpy.{ufunc.__name__}" + ("" if method == "__call__" else f".{method}")
         dev = current()
-        ins = _un(inputs, what, dev)
+        reads: list = []
+        writes: list = []
+        ins = _un(inputs, what, dev, reads)
         out = kwargs.get("out")
         if out is not None:
-            kwargs["out"] = _un(out, what, dev)
-        r = _kernel(getattr(ufunc, method), ins, kwargs)
+            kwargs["out"] = _un(out, what, dev, writes)
+        if method == "at" and inputs and type(inputs[0]) is EmuArray:
+            writes.append(inputs[0])
+        fn = getattr(ufunc, method)
+        r = _kernel(what, lambda: fn(*ins, **kwargs), reads, writes, dev)
         if out is not None:
             return out[0] if len(out) == 1 else out
-        return _wrap(r, dev)
+        return r
 
     def __array_function__(self, func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
         what = f"numpy.{func.__name__}"
         out = kwargs.get("out")
-        r = _call(func, args, kwargs, what)
+        r = _call(func, args, kwargs, what, func.__name__ in _MUTATING)
         return out if out is not None else r
 
 
@@ -301,17 +450,19 @@ _INPLACE = {f"__i{n}__" for n in "add sub mul truediv pow and or xor".split()}
 def _binop(name: str) -> Any:
     npop = getattr(np.ndarray, name)
     inplace = name in _INPLACE
+    what = f"operator {name}"
 
     def op(self: EmuArray, *other: Any) -> Any:
         dev = self.device.id
         if dev != current():
-            raise _wrong(f"operator {name}", dev)
-        r = _kernel(npop, (self._a, *_un(other, f"operator {name}", dev)), {})
+            raise _wrong(what, dev)
+        reads = [self]
+        o = _un(other, what, dev, reads)
+        a = self._a
+        r = _kernel(what, lambda: npop(a, *o), reads, [self] if inplace else [], dev)
         if r is NotImplemented:
             return r
-        if inplace:
-            return self
-        return _wrap(r, dev)
+        return self if inplace else r
     op.__name__ = name
     return op
 
@@ -327,29 +478,34 @@ def _as_strided(a: Any, shape: Any = None, strides: Any = None, **kw: Any) -> An
     from numpy.lib.stride_tricks import as_strided
 
     dev = current()
-    return _wrap(as_strided(_un(a, "as_strided", dev), shape=shape, strides=strides, **kw), dev)
+    v = _wrap(as_strided(_un(a, "as_strided", dev, []), shape=shape, strides=strides, **kw), dev)
+    return v  # a view: no kernel
 
 
 def _asarray(a: Any, dtype: Any = None, **kw: Any) -> EmuArray:
-    """``cupy.asarray``: a host array (or list) copied to the current device;
-    a device array is checked, returned as is (or cast)."""
+    """``cupy.asarray``: a host array (or list) copied to the current device
+    (a kernel on the current stream); a device array is checked, returned as
+    is (or cast)."""
     dev = current()
     if type(a) is EmuArray:
         if a.device.id != dev:
             raise _wrong("asarray", a.device.id)
         if dtype is None or a.dtype == dtype:
             return a
-        return EmuArray(_kernel(a._a.astype, (dtype,), {}), dev)
+        return _kernel("asarray (cast)", lambda: a._a.astype(dtype), [a], [], dev)
     _sync("a host-to-device copy (cupy.asarray of host data)")
-    return EmuArray(np.array(_un(a, "asarray", dev, host_ok=True), dtype=dtype), dev)
+    host = _un(a, "asarray", dev, [], host_ok=True)
+    return _kernel("asarray (host to device)", lambda: np.array(host, dtype=dtype), [], [], dev)
 
 
-def _getitem(a: np.ndarray, key: Any) -> Any:
-    return a[key]
-
-
-def _setitem(a: np.ndarray, key: Any, value: Any) -> None:
-    a[key] = value
+def _array(a: Any, dtype: Any = None, copy: bool = True, **kw: Any) -> EmuArray:
+    if type(a) is EmuArray:
+        dev = current()
+        if a.device.id != dev:
+            raise _wrong("array", a.device.id)
+        return _kernel("array (copy)", lambda: np.array(a._a, dtype=dtype, copy=True), [a], [],
+                       dev)
+    return _asarray(a, dtype)
 
 
 def _asnumpy(a: Any) -> np.ndarray:
@@ -367,7 +523,7 @@ class _UFunc:
 
     def __getattr__(self, method: str) -> Any:  # at, reduce, accumulate, outer
         fn = getattr(self.uf, method)
-        return lambda *a, **k: _call(fn, a, k, f"xp.{self.__name__}.{method}")
+        return lambda *a, **k: _call(fn, a, k, f"xp.{self.__name__}.{method}", method == "at")
 
 
 class _Xp:
@@ -375,8 +531,7 @@ class _Xp:
 
     __name__ = "legionpy.runtime.emugpu"
     asarray = staticmethod(_asarray)
-    array = staticmethod(lambda a, dtype=None, copy=True, **kw: EmuArray(
-        _kernel(np.array, (_asarray(a, dtype)._a,), {"copy": True}), current()))
+    array = staticmethod(_array)
     ascontiguousarray = staticmethod(lambda a, dtype=None: _call(
         np.ascontiguousarray, (_asarray(a), dtype), {}, "ascontiguousarray"))
     asnumpy = staticmethod(_asnumpy)
@@ -389,8 +544,10 @@ class _Xp:
             setattr(self, name, _UFunc(attr))
             return getattr(self, name)
         if callable(attr) and not isinstance(attr, type):  # functions, not dtypes
+            mutates = name in _MUTATING
+
             def fn(*args: Any, **kwargs: Any) -> Any:
-                return _call(attr, args, kwargs, f"xp.{name}")
+                return _call(attr, args, kwargs, f"xp.{name}", mutates)
             fn.__name__ = name
             setattr(self, name, fn)
             return fn
@@ -400,7 +557,7 @@ class _Xp:
 xp = _Xp()
 
 
-# -- allocation, pool, streams, events, IPC ------------------------------------------------
+# -- allocation, IPC ------------------------------------------------
 _shm_dir = "/dev/shm" if os.path.isdir("/dev/shm") else None
 _shm_seq = itertools.count()
 shared = False  # set under MPI: instances go to /dev/shm so IPC can map them
@@ -458,44 +615,3 @@ def ipc_close(a: EmuArray) -> None:
         _stats["ipc_closed"] += 1
     if isinstance(mm, np.memmap) and mm._mmap is not None:
         mm._mmap.close()
-
-
-class Stream:
-    """A non-default stream of device ``k`` (work runs at once; the order of
-    records and waits is kept for the tests)."""
-
-    def __init__(self, k: int, name: str) -> None:
-        self.device_id, self.name = k, name
-        self.waited: list[Event] = []
-
-    def __enter__(self) -> Stream:
-        if current() != self.device_id:
-            raise _wrong(f"using {self.name}", self.device_id)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        pass
-
-    def wait_event(self, ev: Event) -> None:
-        if not ev.recorded:
-            raise DeviceError(f"{self.name} waits on an event that was never recorded")
-        self.waited.append(ev)
-        with _lock:
-            _stats["waits"] += 1
-
-    def synchronize(self) -> None:
-        _sync(f"synchronize of {getattr(self, 'name', 'an event')}")
-
-
-class Event:
-    def __init__(self) -> None:
-        self.recorded = False
-        self.stream: Stream | None = None
-
-    def record(self, stream: Stream) -> None:
-        self.recorded, self.stream = True, stream
-        with _lock:
-            _stats["events"] += 1
-
-    def synchronize(self) -> None:
-        _sync(f"synchronize of {getattr(self, 'name', 'an event')}")

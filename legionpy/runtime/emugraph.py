@@ -18,8 +18,8 @@ The emulation keeps those semantics on numpy arrays:
   the thread that began it, which is the device worker that runs the
   captured tasks);
 - every emulated kernel the thread runs meanwhile (a numpy function, ufunc,
-  method, arithmetic operator, advanced indexing, assignment: the execution
-  points of emugpu.py call :func:`kernel`) runs at once, so the Python code
+  method, arithmetic operator, advanced indexing, assignment: emugpu.py's
+  one kernel choke point calls the capture hook) runs at once, so the Python code
   around it sees results with the right shapes, and is recorded as a
   replayable step over the *same* arrays: its inputs are read when the
   graph is launched, and its result is written in place into the buffer the
@@ -43,8 +43,10 @@ sequence computes when it runs live, which tests/runtime/test_gpu_graphs.py
 checks on whole training runs.
 
 Counters (:func:`stats`): captures begun, ended, invalidated; graph launches
-and the recorded steps they ran; ``issued``: kernels the host issued one by
-one (what a graph launch replaces).
+and the recorded steps they ran. The race detector (runtime/emurace.py)
+counts a launch as one kernel on its stream (``stream_kernels`` of
+``emugpu.stats()``), so the kernels the host issues per step are comparable
+with and without graphs.
 """
 
 from __future__ import annotations
@@ -57,29 +59,24 @@ import numpy as np
 
 from ..errors import GraphCaptureError
 
-__all__ = ["begin_capture", "end_capture", "abort", "capturing", "kernel", "host_sync",
+__all__ = ["begin_capture", "end_capture", "abort", "capturing", "host_sync",
            "Graph", "stats", "reset_stats"]
 
 _tls = threading.local()
 _lock = threading.Lock()
 _active = 0  # captures open in any thread: emugpu's fast path checks it
 _stats = {"captures": 0, "ended": 0, "invalidated": 0, "launches": 0, "steps": 0}
-#: kernels the host issued outside captures (one per emulated kernel run
-#: live; a graph launch counts in ``launches``); not locked: a benchmark figure
-issued = 0
 
 
 def stats() -> dict:
     with _lock:
-        return {**_stats, "issued": issued}
+        return dict(_stats)
 
 
 def reset_stats() -> None:
-    global issued
     with _lock:
         for k in _stats:
             _stats[k] = 0
-        issued = 0
 
 
 def _bump(key: str, n: int = 1) -> None:
@@ -88,11 +85,12 @@ def _bump(key: str, n: int = 1) -> None:
 
 
 class _Capture:
-    __slots__ = ("stream", "device", "steps", "snaps", "fresh", "keep", "invalid")
+    __slots__ = ("stream", "device", "steps", "snaps", "fresh", "keep", "invalid", "access")
 
     def __init__(self, stream: Any, device: int) -> None:
         self.stream, self.device = stream, device
-        self.steps: list[tuple] = []  # (fn, args, kwargs, result buffer or None)
+        self.steps: list[tuple] = []  # (kernel closure, result buffer or None)
+        self.access: list[tuple] = []  # (array, emurace.Buf, write?, what): for launches
         #: (id of its buffer, address, shape, strides) -> (array, its contents)
         self.snaps: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self.fresh: set[int] = set()  # ids of buffers made during the capture
@@ -111,6 +109,9 @@ def begin_capture(stream: Any, device: int) -> None:
     if getattr(_tls, "cap", None) is not None:
         raise GraphCaptureError(f"begin_capture on {_name(stream)}: this thread already "
                                 "captures; end_capture first (captures do not nest)")
+    from . import emugpu
+
+    emugpu.hook = _hook
     _tls.cap = _Capture(stream, device)
     with _lock:
         _active += 1
@@ -143,7 +144,7 @@ def end_capture(stream: Any) -> Graph:
         raise GraphCaptureError(f"the capture on {_name(stream)} was invalidated by "
                                 f"{cap.invalid} (cudaErrorStreamCaptureInvalidated)")
     _bump("ended")
-    return Graph(cap.steps, cap.keep, cap.device)
+    return Graph(cap.steps, cap.keep, cap.device, cap.access)
 
 
 def abort() -> None:
@@ -186,58 +187,29 @@ def _touch(cap: _Capture, x: Any, roots: set[int]) -> None:
             _touch(cap, v, roots)
 
 
-def kernel(fn: Callable, args: tuple, kwargs: dict) -> Any:
-    """Run ``fn(*args, **kwargs)`` (numpy arrays, already device-checked);
-    while this thread captures, also record it (see the module doc)."""
+def _hook(stream: Any, what: str, fn: Callable[[], Any], reads: list, writes: list) -> Any:
+    """emugpu's capture hook: None (run ``fn`` as is) unless this thread
+    captures; then the wrapper that runs ``fn`` and records it."""
     cap = capturing()
     if cap is None:
-        global issued
-        issued += 1
-        return fn(*args, **kwargs)
+        return None
     if cap.invalid is not None:
-        raise GraphCaptureError(f"a kernel on {_name(cap.stream)} after the capture was "
+        raise GraphCaptureError(f"{what} on {_name(stream)} after the capture was "
                                 f"invalidated by {cap.invalid}")
     roots: set[int] = set()
-    owner = getattr(fn, "__self__", None)  # a bound ndarray method writes its array
-    if isinstance(owner, np.ndarray):
-        _touch(cap, owner, roots)
-    for a in args:
-        _touch(cap, a, roots)
-    for v in kwargs.values():
-        _touch(cap, v, roots)
-    r = _arrays(fn(*args, **kwargs))
-    _fresh(cap, r, roots)
-    uf = _as_ufunc(fn)
-    if uf is not None and isinstance(r, np.ndarray) and id(_root(r)) in cap.fresh \
-            and "out" not in kwargs and uf.nout == 1:
-        # a ufunc writes its result in place at launch (no temporary, no copy)
-        cap.steps.append((uf, args, {**kwargs, "out": r}, None))
-    else:
-        cap.steps.append((fn, args, kwargs, r))
-    return r
+    for a in reads:
+        _touch(cap, a._a, roots)
+    for a in writes:
+        _touch(cap, a._a, roots)
+    cap.access.extend((a._a, a.buf(), False, what) for a in reads)
+    cap.access.extend((a._a, a.buf(), True, what) for a in writes)
 
-
-#: ndarray operators that are ufuncs applied to (self, other)
-_OPERATORS = {f"__{n}__": getattr(np, u) for n, u in (
-    ("add", "add"), ("sub", "subtract"), ("mul", "multiply"), ("truediv", "true_divide"),
-    ("floordiv", "floor_divide"), ("mod", "remainder"), ("pow", "power"),
-    ("matmul", "matmul"), ("neg", "negative"), ("pos", "positive"), ("abs", "absolute"),
-    ("invert", "invert"), ("and", "bitwise_and"), ("or", "bitwise_or"),
-    ("xor", "bitwise_xor"), ("lt", "less"), ("le", "less_equal"), ("gt", "greater"),
-    ("ge", "greater_equal"), ("eq", "equal"), ("ne", "not_equal"))}
-
-
-def _as_ufunc(fn: Any) -> np.ufunc | None:
-    """The ufunc ``fn`` applies (itself, ``ufunc.__call__``, an operator)."""
-    if isinstance(fn, np.ufunc):
-        return fn
-    owner = getattr(fn, "__self__", None)
-    name = getattr(fn, "__name__", "")
-    if isinstance(owner, np.ufunc):
-        return owner if name == "__call__" else None
-    if owner is None and getattr(fn, "__objclass__", None) is np.ndarray:
-        return _OPERATORS.get(name)
-    return None
+    def run() -> Any:
+        r = _arrays(fn())
+        _fresh(cap, r, roots)
+        cap.steps.append((fn, r))
+        return r
+    return run
 
 
 def _arrays(r: Any) -> Any:
@@ -277,19 +249,29 @@ def _store(buf: Any, new: Any) -> None:
 class Graph:
     """A captured sequence of emulated kernels (``cupy.cuda.Graph``)."""
 
-    def __init__(self, steps: list[tuple], keep: list, device: int) -> None:
+    def __init__(self, steps: list[tuple], keep: list, device: int, access: list) -> None:
         self.steps, self.keep, self.device = steps, keep, device
+        self.access = access
         self.launches = 0
 
     def __len__(self) -> int:
         return len(self.steps)
 
     def launch(self, stream: Any = None) -> None:
-        """Run every recorded kernel in capture order, on the same buffers."""
+        """Run every recorded kernel in capture order, on the same buffers:
+        one unit of work on ``stream`` (the current one by default) for the
+        race detector, which checks the graph's reads and writes there."""
+        from . import emurace
+
         if capturing() is not None:
             host_sync("Graph.launch inside a capture")
-        for fn, args, kwargs, buf in self.steps:
-            _store(buf, fn(*args, **kwargs))
+        s = stream if stream is not None else emurace.current_stream()
+        with emurace._lock:
+            seq = s.enqueue()
+            for a, b, write, what in self.access:
+                emurace.access(s, seq, a, b, write, f"{what} (in a graph)")
+        for fn, buf in self.steps:
+            _store(buf, fn())
         self.launches += 1
         with _lock:
             _stats["launches"] += 1

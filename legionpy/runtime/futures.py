@@ -59,6 +59,8 @@ class Future:
             raise op.error
         if op.remote:
             self._sched.fetch([op], timeout)
+        elif op.event and self._sched.streams is not None:
+            self._sched.streams.host_wait(op)  # a GPU result: its kernels have run
         return op.result
 
     def __repr__(self) -> str:

@@ -90,6 +90,18 @@ class _Cupy:
         self.asarray = cupy.asarray
         self.array_type = cupy.ndarray
         self._ptrs: dict[int, int] = {}
+        self._zeroing: dict[int, Any] = {}  # per device: the stream that zeroes allocations
+
+    def Stream(self, k: int, name: str = "") -> Any:  # noqa: N802 - CuPy's name
+        """A non-blocking stream on device ``k`` (never the legacy one)."""
+        with self.cp.cuda.Device(k):
+            return self.cp.cuda.Stream(non_blocking=True)
+
+    def Event(self) -> Any:  # noqa: N802 - CuPy's name
+        return self.cp.cuda.Event(disable_timing=True)
+
+    def current_stream(self) -> Any:
+        return self.cp.cuda.get_current_stream()
 
     def alloc(self, k: int, shape: tuple, dtype: Any, ipc: bool = False) -> Any:
         cp = self.cp
@@ -97,8 +109,13 @@ class _Cupy:
         nbytes = max(int(np.prod(shape)) * dtype.itemsize, 1)
         with cp.cuda.Device(k):
             mem = cp.cuda.Memory(nbytes)  # not the pool: an IPC handle points at the array
-            arr = cp.ndarray(shape, dtype, cp.cuda.MemoryPointer(mem, 0))
-            arr.fill(0)
+            ptr = cp.cuda.MemoryPointer(mem, 0)
+            s = self._zeroing.get(k)
+            if s is None:
+                s = self._zeroing[k] = cp.cuda.Stream(non_blocking=True)
+            ptr.memset_async(0, nbytes, s)
+            s.synchronize()  # zeroed before any stream uses it
+            arr = cp.ndarray(shape, dtype, ptr)
         return arr
 
     def ipc_handle(self, a: Any) -> Any:
@@ -134,6 +151,9 @@ class _Emulated:
         self.asarray = emugpu.xp.asarray
         self.array_type = emugpu.EmuArray
         self.alloc = emugpu.alloc
+        self.Stream = emugpu.Stream
+        self.Event = emugpu.Event
+        self.current_stream = emugpu.current_stream
         self.ipc_handle = emugpu.ipc_handle
         self.ipc_open = emugpu.ipc_open
         self.ipc_close = emugpu.ipc_close
@@ -225,22 +245,13 @@ def from_host(dst: Any, host: np.ndarray) -> None:
 
 
 def copy_to(a: Any, k: int | None) -> Any:
-    """A copy of ``a`` on GPU ``k`` (None: a numpy copy)."""
+    """A copy of ``a`` on GPU ``k`` (None: a numpy copy), on ``k``'s current
+    stream (another GPU's array: a peer copy, as ``cupy.ndarray.copy``)."""
     if k is None:
         return np.array(to_host(a), copy=True)
     b = backend()
-    if _is_gpu(a):
-        if a.device.id == k:
-            with b.Device(k):
-                return a.copy()
-        b.Device(a.device.id).synchronize()
-        if b.name == "cupy":  # a peer copy (cudaMemcpyPeer)
-            with b.Device(k):
-                return b.cp.array(a, copy=True)
-        with b.Device(a.device.id):  # the emulated backend stages through the host
-            a = b.asnumpy(a)
     with b.Device(k):
-        return b.asarray(a)
+        return a.copy() if _is_gpu(a) else b.asarray(a)
 
 
 def copy_into(dst: Any, src: Any) -> None:
@@ -253,10 +264,9 @@ def copy_into(dst: Any, src: Any) -> None:
         from_host(dst, src)
     else:
         b = backend()
-        if src.device.id != dst.device.id:
-            b.Device(src.device.id).synchronize()
-            src = copy_to(src, dst.device.id)
         with b.Device(dst.device.id):
+            if src.device.id != dst.device.id:
+                src = src.copy()  # a peer copy on the current stream (the link's)
             dst[...] = src
 
 
@@ -287,7 +297,8 @@ def ipc_send(repl: Any, c: Any, root: Any, field: str, peer: int) -> None:
     b = backend()
     cl = repl.cl
     inst = repl.rt.instances.instance(c.src, root, field)
-    b.Device(inst.device.id).synchronize()  # the source is ready on the GPU
+    with b.Device(inst.device.id):  # the link's stream waited for the source's events
+        b.current_stream().synchronize()
     key = (c.src, root.uid, field, peer, id(inst))  # a grown instance is a new allocation
     handle = None
     if key not in _handles_sent:
@@ -322,6 +333,6 @@ def ipc_recv(repl: Any, c: Any, root: Any, field: str, dst: Any, peer: int) -> N
         raw, lo, shape = _handles_open[key]
         remote = raw.view(dtype).reshape(shape)
         dst[...] = remote[c.rect.to_slices(lo)]
-        b.Device(k).synchronize()
+        b.current_stream().synchronize()  # the copy is done before the peer may overwrite
     req = cl.data.isend(True, dest=peer, tag=tag)
     cl.wait([req], lambda: f"rank {peer} to take the IPC acknowledgement of copy {c.id}")

@@ -28,7 +28,7 @@ with the segment's last member; the runner waits for every outside
 dependence of the members and then
 
 - ``launch``: launches the segment's graph (the steady state);
-- ``capture``: captures the members' bodies on the device's capture stream,
+- ``capture``: captures the members' bodies on the device's compute stream,
   ends the capture and launches the graph once (first replay, or after an
   invalidation);
 - ``live``: runs the members' bodies in order (an op turned out not to be
@@ -141,7 +141,6 @@ class Graphs:
         self.rt = rt
         self.on = enabled() and any(d.kind == "gpu" for d in rt.local)
         self.cap: Any = None  # the capture backend, made on first use
-        self.streams: dict[int, Any] = {}
         self.replays = 0  # replays started (a capture remembers which)
         #: ``captured``: segments captured; ``launched``: graph launches;
         #: ``replaced``: op bodies a launch replaced; ``live_runs``: segments
@@ -313,11 +312,10 @@ class Graphs:
             self.cap = _EmuCapture() if backend().name == "emulated" else _CupyCapture()
         return self.cap
 
-    def stream(self, k: int) -> Any:
-        s = self.streams.get(k)
-        if s is None:
-            s = self.streams[k] = self.backend().new_stream(k)
-        return s
+    def stream(self, seg: Segment) -> Any:
+        """Where a segment is captured and launched: its GPU's compute stream
+        (runtime/streams.py), the stream its runner runs on."""
+        return self.rt.sched.streams.compute_stream(seg.queue)
 
 
 class Replay:
@@ -409,7 +407,7 @@ class Replay:
     def _launch(self, seg: Segment, ops: list, replay: bool = True) -> None:
         gr = self.gr
         t0 = time.perf_counter()
-        gr.backend().launch(seg.graph, gr.stream(seg.k), seg.k)
+        gr.backend().launch(seg.graph, gr.stream(seg), seg.k)
         t1 = time.perf_counter()
         for op, _ in ops:
             op.start, op.end = t0, t1
@@ -428,12 +426,12 @@ class Replay:
                 _run(op, body)
         be = gr.backend()
         try:
-            graph, keep = be.capture(seg.k, gr.stream(seg.k), bodies)
+            graph, keep = be.capture(seg.k, gr.stream(seg), bodies)
         except GraphCaptureError as exc:
             bad = {offs[at[0]]: exc}
             for i in range(at[0] + 1, len(ops)):  # find the others now, not one per replay
                 try:
-                    be.capture(seg.k, gr.stream(seg.k), lambda i=i: _run(*ops[i]))
+                    be.capture(seg.k, gr.stream(seg), lambda i=i: _run(*ops[i]))
                 except GraphCaptureError as exc2:
                     bad[offs[i]] = exc2
             gr.stats["capture_failed"] += len(bad)
@@ -567,9 +565,6 @@ class _EmuCapture:
         from . import emugpu, emugraph
         self.emu, self.g = emugpu, emugraph
 
-    def new_stream(self, k: int) -> Any:
-        return self.emu.Stream(k, f"capture stream of emulated GPU {k}")
-
     def capture(self, k: int, stream: Any, run: Any) -> tuple[Any, list]:
         g = self.g
         with self.emu.Device(k):
@@ -593,10 +588,6 @@ class _CupyCapture:
     def __init__(self) -> None:
         import cupy
         self.cp = cupy
-
-    def new_stream(self, k: int) -> Any:
-        with self.cp.cuda.Device(k):
-            return self.cp.cuda.Stream(non_blocking=True)
 
     def capture(self, k: int, stream: Any, run: Any) -> tuple[Any, list]:
         cp = self.cp

@@ -53,6 +53,7 @@ import numpy as np
 from ..errors import FieldError
 from ..geometry import Rect
 from .coherence import Copy, FillAction, FoldAction
+from .streams import BufferPool
 
 __all__ = ["Instances", "RegionView", "identity", "FOLD"]
 
@@ -117,6 +118,9 @@ class Instances:
         self.redbufs: dict[Any, tuple[Any, Rect]] = {}  # key -> (array, its rect)
         self.redmem: dict[Any, int] = {}  # reduction buffer key -> its memory
         self.staging: dict[tuple[int, Rect], np.ndarray] = {}  # (copy id, rect)
+        #: staging buffers per (memory, shape, dtype), taken by a reduction copy
+        #: and given back after its fold: reused across steps (streams.py)
+        self.staging_pool = BufferPool()
         self._lock = threading.Lock()
         self.gpu_of: dict[int, int] = {}
         #: bumped whenever an instance is re-made (grown): cached views are stale
@@ -194,8 +198,11 @@ class Instances:
         new = self._make(key, memory, bb, root.fields[field])
         self._account(memory, -got.volume * old.dtype.itemsize)
         self._reserve_bytes(memory, -got.volume * old.dtype.itemsize)
-        from . import gpu
-        with gpu.on_array(new):
+        from . import gpu, streams
+        if gpu.is_gpu(new):  # on its compute stream, the host waiting before and after
+            with streams.device_work(memory, blocking=True), gpu.on_array(new):
+                new[got.to_slices(bb.lo)] = old
+        else:
             new[got.to_slices(bb.lo)] = old
         self.generation += 1
 
@@ -292,9 +299,9 @@ class Instances:
         if type(buf) is np.ndarray:
             buf[...] = identity(redop, buf.dtype)
             return
-        from . import gpu
-        with gpu.on_array(buf):
-            buf[...] = identity(redop, buf.dtype)
+        from . import gpu, streams
+        with streams.device_work(self.redmem.get(key, -1)), gpu.on_array(buf):
+            buf[...] = identity(redop, buf.dtype)  # on its device's compute stream
 
     def reduction_part(self, key: Any, rect: Rect) -> Any:
         """``rect`` (root coordinates) of the reduction buffer ``key``."""
@@ -333,7 +340,19 @@ class Instances:
         else:
             buf, brect = self.redbufs[c.buffer]
             for r in c.rects:
-                self.staging[(c.id, r)] = self.to_memory(buf[r.to_slices(brect.lo)], c.dst)
+                self.stage((c.id, r), buf[r.to_slices(brect.lo)], c.dst)
+
+    def stage(self, key: tuple, src: Any, memory: int) -> None:
+        """A copy of ``src`` in ``memory``'s staging buffer ``key`` (copy id,
+        rect), from the staging pool; the fold gives it back."""
+        dst = self.staging_pool.take(memory, src.shape, src.dtype,
+                                     lambda: self.zeros(memory, src.shape, src.dtype))
+        if type(dst) is np.ndarray and type(src) is np.ndarray:
+            dst[...] = src
+        else:
+            from . import gpu
+            gpu.copy_into(dst, src)
+        self.staging[key] = dst
 
     def run_prologue(self, actions: list, root: Any, field: str) -> None:
         for a in actions:
@@ -344,6 +363,7 @@ class Instances:
                 if a.staged is not None:
                     src = self.staging.pop((a.staged, a.rect))
                     FOLD[a.redop](dst, src, out=dst)
+                    self.staging_pool.give(a.memory, src)
                 else:
                     FOLD[a.redop](dst, self.reduction_part(a.buffer, a.rect), out=dst)
 

@@ -187,13 +187,13 @@ class Replicator:
         """Received reduction data (``_source`` layout) into the staging buffers."""
         inst = self.rt.instances
         if not c.more:
-            inst.staging[(c.id, c.rect)] = inst.to_memory(buf, c.dst) if inst.gpu_of else buf
+            inst.stage((c.id, c.rect), buf, c.dst)  # from the staging pool
             return
         off = 0
         for r in c.rects:
             a = buf[off:off + r.volume].reshape(r.shape)
             off += r.volume
-            inst.staging[(c.id, r)] = inst.to_memory(a, c.dst) if inst.gpu_of else a
+            inst.stage((c.id, r), a, c.dst)
 
     def _recv(self, c: Any, root: Any, field: str, peer: int) -> None:
         cl, inst = self.cl, self.rt.instances

@@ -61,7 +61,7 @@ class Op:
 
     __slots__ = ("id", "kind", "name", "queue", "fn", "state", "npending", "succ", "deps",
                  "result", "error", "start", "end", "bytes", "point", "launch", "tag", "src",
-                 "dst", "waited", "rank", "remote", "__weakref__")
+                 "dst", "waited", "rank", "remote", "event", "after", "__weakref__")
 
     def __init__(self, id: int, kind: str, name: str, queue: Any, fn: Callable[[Op], Any] | None,
                  point: tuple | None = None, launch: int | None = None, tag: Any = None) -> None:
@@ -84,6 +84,10 @@ class Op:
         self.waited = False
         self.rank = 0  # MPI rank that executes it
         self.remote = False  # a ghost of an op another rank executes (queue None)
+        #: GPU runtimes (streams.py): the events its kernels recorded, and the
+        #: dependences it waits on until it runs
+        self.event: dict | None = None
+        self.after: list | None = None
 
     show_rank = False  # set under MPI: descriptions name the executing rank
 
@@ -112,6 +116,30 @@ class Scheduler:
         #: sees every submitted op with the ops it was made to wait for
         self.recorder: Callable[[Op, list], None] | None = None
         self.executor: Executor = SerialExecutor(self)
+        #: GPU runtimes: the streams and events of runtime/streams.py
+        self.streams: Any = None
+
+    def use_streams(self, streams: Any) -> None:
+        """Run every op through ``streams`` (a GPU runtime): its body on its
+        device's or link's stream after the events of its dependences. The
+        CPU path keeps the plain methods (no per-op cost)."""
+        self.streams = streams
+        note = streams.note
+        submit, submit_many = self.submit, self.submit_many
+
+        def submit_on_streams(op: Op, deps: Iterable[Op]) -> None:
+            deps = list(deps)
+            note(op, deps)
+            submit(op, deps)
+
+        def submit_many_on_streams(batch: list[tuple[Op, list[Op]]]) -> None:
+            for op, deps in batch:
+                note(op, deps)
+            submit_many(batch)
+
+        self.submit = submit_on_streams  # type: ignore[method-assign]
+        self.submit_many = submit_many_on_streams  # type: ignore[method-assign]
+        self.run = self.run_on_streams  # type: ignore[method-assign]
 
     # -- submission (launching thread) ------------------------------------------
     def submit(self, op: Op, deps: Iterable[Op]) -> None:
@@ -175,6 +203,18 @@ class Scheduler:
         err = None
         try:
             op.result = op.fn(op)
+        except BaseException as exc:  # noqa: BLE001 - propagated through futures
+            err = exc
+        op.end = time.perf_counter()
+        op.fn = None
+        self._release(self._finish(op, op.result, err))
+
+    def run_on_streams(self, op: Op) -> None:
+        """``run`` on a GPU runtime: the body through ``streams.execute``."""
+        op.start = time.perf_counter()
+        err = None
+        try:
+            op.result = self.streams.execute(op)
         except BaseException as exc:  # noqa: BLE001 - propagated through futures
             err = exc
         op.end = time.perf_counter()

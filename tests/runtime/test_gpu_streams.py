@@ -1,0 +1,132 @@
+"""Streams, events and the emulated race detector (runtime/streams.py,
+runtime/emurace.py): GPU work runs on one non-blocking stream per device
+and per link, ordered by events, and a missing ordering is an error even
+though the emulation runs every kernel at once."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import legionpy as lp
+import legionpy.runtime as lr
+from legionpy.errors import DeviceError, TaskError
+from legionpy.runtime import emugpu, streams
+from legionpy.runtime.emugpu import Device, Event, Stream, xp
+
+
+@pytest.fixture
+def emu(monkeypatch):
+    def start(n: int = 2, executor: str = "threads"):
+        monkeypatch.setenv("LEGIONPY_GPU_BACKEND", "emulated")
+        monkeypatch.setenv("LEGIONPY_GPUS", str(n))
+        return lr.init(executor=executor)
+    yield start
+    lr.shutdown()
+
+
+def _streams(k: int) -> tuple[Stream, Stream]:
+    with Device(k):
+        return Stream(k, f"a of GPU {k}"), Stream(k, f"b of GPU {k}")
+
+
+# -- the detector on the backend alone ----------------------------------------------------
+def test_unordered_streams_race_and_an_event_orders_them():
+    a0, b0 = _streams(0)
+    x = emugpu.alloc(0, (16,), np.float32)
+    with Device(0):
+        with a0:
+            x[...] = 1  # written on stream a
+        with b0, pytest.raises(DeviceError, match=r"read-after-write.*b of GPU 0.*a of GPU 0"):
+            xp.sum(x)  # read on stream b, no event between them
+        ev = Event()
+        ev.record(a0)
+        b0.wait_event(ev)
+        with b0:
+            assert float(xp.sum(x)) == 16.0  # ordered: fine (and the host read syncs b)
+            y = x * 2  # b reads x
+        with a0, pytest.raises(DeviceError, match="write-after-read"):
+            x[...] = 0  # a overwrites what b read after a's event: b must come first
+        with a0, pytest.raises(DeviceError, match="write-after-write"):
+            y[...] = 0  # y was written by b
+
+
+def test_disjoint_tiles_of_one_allocation_do_not_conflict():
+    a0, b0 = _streams(0)
+    x = emugpu.alloc(0, (8, 8), np.float32)
+    with Device(0):
+        with a0:
+            x[:, :4] = 1  # a column tile: same strides as the allocation, a box
+        with b0:
+            x[:, 4:] = 2  # the other columns: no overlap, no ordering needed
+        with b0, pytest.raises(DeviceError, match="read-after-write"):
+            xp.sum(x[2:3, 3:5])  # reaches into a's tile
+
+
+def test_host_reads_need_a_synchronisation_with_the_writer():
+    a0, _ = _streams(1)
+    x = emugpu.alloc(1, (4,), np.float64)
+    with Device(1):
+        with a0:
+            x += 1
+        with pytest.raises(DeviceError, match="host read-after-write|read-after-write"):
+            x.get()  # on the legacy stream, which nothing orders after a
+        ev = Event()
+        ev.record(a0)
+        ev.synchronize()  # the host waited for a's kernel
+        np.testing.assert_array_equal(x.get(), [1, 1, 1, 1])
+        with a0:
+            x += 1
+            assert float(x[0]) == 2.0  # on a: a copy to the host, then a sync
+
+
+def test_a_stream_belongs_to_its_device():
+    a1, _ = _streams(1)
+    with Device(0), pytest.raises(DeviceError, match="enter Device\\(1\\)"), a1:
+        pass
+
+
+# -- the runtime --------------------------------------------------------------------------
+def _halo_program(steps: int = 2) -> lp.Region:
+    @lp.task(privileges=[lp.WD("u")])
+    def init(t, k):
+        t.u[...] = k
+
+    @lp.task(privileges=[lp.R("u"), lp.WD("v")])
+    def shift(halo, tile):
+        lo = tile.rect.lo[0] - halo.rect.lo[0]
+        tile.v[...] = halo.u[lo:lo + tile.v.shape[0]] + 1
+
+    R = lp.Region((40,), {"u": np.float32, "v": np.float32})
+    P = lp.Partition.equal(R, (2,))
+    H = lp.Partition.restriction(R, (20,), halo=(1,))
+    lp.index_launch(init, P.colors, P, 0)
+    lp.index_launch(shift, P.colors, H, P)
+    lp.fence()  # instances made and grown: steady state from here
+    for k in range(1, steps + 1):
+        lp.index_launch(init, P.colors, P, k)
+        lp.index_launch(shift, P.colors, H, P)
+    return R
+
+
+@pytest.mark.parametrize("executor", ["threads", "serial"])
+def test_the_runtime_orders_streams_with_events_and_never_uses_the_legacy_stream(emu, executor):
+    emu(2, executor)
+    emugpu.reset_stats()
+    R = _halo_program()
+    np.testing.assert_array_equal(R.read("v"), np.full(40, 3, np.float32))
+    st = emugpu.stats()
+    assert st["legacy_kernels"] == {}
+    assert set(st["stream_kernels"]) == {
+        "compute stream of device 0 (GPU 0)", "compute stream of device 1 (GPU 1)",
+        "link stream mem0->mem1 (on GPU 1)", "link stream mem1->mem0 (on GPU 0)"}
+    assert st["waits"] > 0 and st["syncs"] == {}  # events, never whole-device syncs
+
+
+def test_a_missing_event_wait_is_caught(emu, monkeypatch):
+    """The detector can fail: a runtime that forgets the waits races."""
+    monkeypatch.setattr(streams.Streams, "_wait", lambda self, i, s, d: None)
+    emu(2, "serial")
+    with pytest.raises(TaskError, match=r"race \(read-after-write\).*link stream"):
+        _halo_program()
+        lp.fence()
