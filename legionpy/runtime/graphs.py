@@ -350,7 +350,7 @@ class Replay:
         if not self._same_args(seg, off, op):
             self.volatile.add(off)
         self.bodies[off] = op.fn
-        op.queue = op.fn = None  # a marker: done when the runner is
+        op.queue, op.fn = None, _result  # a marker: done when the runner is
         out = [(op, [runner])]
         if off == seg.members[-1]:
             out.insert(0, self._runner(seg))
@@ -492,6 +492,11 @@ class _Flushing:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.sched, name)
+
+
+def _result(op: Op) -> Any:
+    """A member marker's body: the result its runner gave it."""
+    return op.result
 
 
 def _run(op: Op, body: Any) -> None:

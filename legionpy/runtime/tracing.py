@@ -514,6 +514,11 @@ class Tracer:
         waits = list(rt._live.values())
         if self.last_end is not None:
             waits.append(self.last_end)
+        streams = rt.sched.streams
+        if streams is not None and rec.buffers and streams.done:
+            # the buffers it resets may still be read by finished ops' kernels (a
+            # staged copy of the recording's run): the reset waits on their events
+            begin.deps = tuple(streams.done)
         rt.sched.submit(begin, waits)
         self.cur = [Op(base + t.rid, t.kind, t.name, t.queue, t.fn, t.point, t.launch, t.tag)
                     for t in rec.ops]

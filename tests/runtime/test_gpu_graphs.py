@@ -31,20 +31,42 @@ def emu(monkeypatch):
 def test_capture_records_without_changing_memory_and_launch_reruns_on_new_inputs():
     with Device(1):
         s = Stream(1, "s")
-        x = xp.arange(4, dtype=np.float32)
-        out = xp.zeros(4, np.float32)
-        emugraph.begin_capture(s, 1)
-        t = x * 2 + 1  # temporaries made during the capture
-        out[...] = t
-        out += xp.sum(x)  # a reduction's 0-d result feeds the next kernel
-        g = emugraph.end_capture(s)
+        with s:
+            x = xp.arange(4, dtype=np.float32)
+            out = xp.zeros(4, np.float32)
+            emugraph.begin_capture(s, 1)
+            t = x * 2 + 1  # temporaries made during the capture
+            out[...] = t
+            out += xp.sum(x)  # a reduction's 0-d result feeds the next kernel
+            g = emugraph.end_capture(s)
+        s.synchronize()
         np.testing.assert_array_equal(out.get(), 0)  # a capture writes nothing
         g.launch(s)
+        s.synchronize()
         np.testing.assert_array_equal(out.get(), [7, 9, 11, 13])
-        x[...] = xp.ones(4, np.float32)  # inputs are read when the graph is launched
+        with s:
+            x[...] = 1  # inputs are read when the graph is launched
         g.launch(s)
+        s.synchronize()
         np.testing.assert_array_equal(out.get(), [7, 7, 7, 7])
     assert len(g) >= 4 and g.launches == 2
+
+
+def test_a_graph_launch_is_checked_by_the_race_detector():
+    from legionpy.errors import DeviceError
+
+    with Device(0):
+        s, other = Stream(0, "s"), Stream(0, "other")
+        with s:
+            a = xp.zeros(4, np.float32)
+            emugraph.begin_capture(s, 0)
+            a += 1
+            g = emugraph.end_capture(s)
+        s.synchronize()
+        with other:
+            a[...] = 2  # another stream writes a, unordered with the graph's launch
+        with pytest.raises(DeviceError, match="race"):
+            g.launch(s)
 
 
 @pytest.mark.parametrize("sync", [
@@ -52,8 +74,7 @@ def test_capture_records_without_changing_memory_and_launch_reruns_on_new_inputs
     lambda a: xp.asarray(np.ones(4, np.float32)), lambda a: Device(1).synchronize(),
     lambda a: a[a > 0]])
 def test_host_synchronisation_during_capture_raises_and_invalidates(sync):
-    with Device(1):
-        s = Stream(1, "s")
+    with Device(1), Stream(1, "s") as s:
         a = xp.ones(4, np.float32)
         emugraph.begin_capture(s, 1)
         a += 1
@@ -61,18 +82,19 @@ def test_host_synchronisation_during_capture_raises_and_invalidates(sync):
             sync(a[:1] if sync.__code__.co_names == ("item",) else a)
         with pytest.raises(GraphCaptureError, match="invalidated"):
             emugraph.end_capture(s)
+        s.synchronize()
         np.testing.assert_array_equal(a.get(), 1)  # the capture's work never ran
 
 
 def test_abort_restores_and_captures_do_not_nest():
-    with Device(0):
-        s = Stream(0, "s")
+    with Device(0), Stream(0, "s") as s:
         a = xp.zeros(3, np.float32)
         emugraph.begin_capture(s, 0)
         with pytest.raises(GraphCaptureError, match="do not nest"):
             emugraph.begin_capture(s, 0)
         a[...] = 5
         emugraph.abort()
+        s.synchronize()
         np.testing.assert_array_equal(a.get(), 0)
         assert emugraph.capturing() is None
 
