@@ -70,7 +70,7 @@ from ..errors import MachineError
 
 __all__ = ["gpus_per_rank", "ordinal", "zeros", "copy_to", "copy_into",
            "to_host", "from_host", "ipc_possible", "ipc_send", "ipc_recv", "visible_gpus",
-           "backend", "on_array", "close_all", "is_gpu"]
+           "backend", "on_array", "close_all", "is_gpu", "label"]
 
 _base = 0  # local_rank * gpus per rank, set by gpus_per_rank
 _visible: int | None = None
@@ -227,6 +227,13 @@ def ordinal(dev: Any) -> int:
 def zeros(k: int, shape: tuple, dtype: Any, ipc: bool = False) -> Any:
     """A zeroed array on GPU ``k`` with its own allocation (not the pool)."""
     return backend().alloc(k, shape, dtype, ipc)
+
+
+def label(a: Any, text: str) -> None:
+    """Name ``a``'s allocation in the emulated race detector's messages."""
+    b = backend()
+    if b.name == "emulated":
+        b.emu.label(a, text)
 
 
 def is_gpu(a: Any) -> bool:

@@ -166,6 +166,9 @@ class Instances:
 
     def _make(self, key: tuple, memory: int, rect: Rect, dtype: Any) -> Any:
         arr = self.zeros(memory, rect.shape, dtype, ipc=True)
+        if memory in self.gpu_of:
+            from . import gpu
+            gpu.label(arr, f"the instance of region {key[1]} field {key[2]!r} in memory {memory}")
         self.arrays[key], self.rects[key] = arr, rect
         self._account(memory, rect.volume * np.dtype(dtype).itemsize)
         self._reserve_bytes(memory, rect.volume * np.dtype(dtype).itemsize)
