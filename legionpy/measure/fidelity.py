@@ -48,6 +48,8 @@ __all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "train_pre
 #: the cost model of the local machine model's predictions (``simulate
 #: --compare``, ``legionpy train``, the benches): tile kernels timed on this
 #: machine with the other devices busy, as they run inside a training step
+#: (on GPU devices: timed on the GPU, :func:`~legionpy.measure.gpuprofile.
+#: device_cost_model`)
 LOCAL_COST = "contended"
 
 def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, warmup: int = 2,
@@ -195,6 +197,12 @@ def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_CO
     from .calibration import runtime_overhead  # calibration trains through measure_runtime
 
     machine = machine or Machine.local()
+    if cost == "contended" and any(d.kind == "gpu" for d in machine.devices):
+        # a GPU kernel's cost is its synchronised wall time on the GPU, not the
+        # CPU seconds of a thread contending for cores
+        from .gpuprofile import device_cost_model
+
+        cost = device_cost_model()
     if overhead is True:
         ovh: RuntimeOverhead | None = runtime_overhead(machine)
     elif overhead is False or overhead is None:
@@ -262,7 +270,9 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
                      background_cores=bg)["iteration_time_s"] if bg else t_sim
     return FidelityResult(
         model=name, strategy=_strategy_label(strategy), machine=machine.name,
-        cost_model=cost if isinstance(cost, str) else type(cost).__name__, steps=steps,
+        cost_model=("measured on the GPU" if cost == "contended" and any(
+            d.kind == "gpu" for d in machine.devices) else
+            cost if isinstance(cost, str) else type(cost).__name__), steps=steps,
         iteration_time_s=t_sim, measured_time_s=t_real,
         relative_error=relative_error(t_sim, t_real),
         per_device_busy_s=sim["per_device_busy_s"],

@@ -49,7 +49,8 @@ from ..optimizer.profiles import (
 )
 from ..optimizer.strategy import Strategy, atomic_write_json
 
-__all__ = ["device_identity", "record_profile", "DEFAULT_COUNTS", "STRATEGIES"]
+__all__ = ["device_identity", "device_cost_model", "record_profile", "DEFAULT_COUNTS",
+           "STRATEGIES"]
 
 DEFAULT_COUNTS = (1, 2, 4, 8, 16)
 STRATEGIES = ("data", "model", "expert")
@@ -85,6 +86,22 @@ def device_identity() -> dict[str, Any]:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def device_cost_model(cache: str | None = None,
+                      device: dict[str, Any] | None = None) -> MeasuredCostModel:
+    """Tile kernels timed on this machine's first GPU (or CPU), wall clock
+    to a synchronised device, cached in ``cache`` (default
+    ``$LEGIONPY_CACHE/profile-BACKEND-DEVICE.json``, apart for every device
+    and backend: the emulated backend's timings never pass for a GPU's).
+    What ``profile --zoo`` records and what the local machine model of a
+    GPU machine predicts with (:func:`legionpy.measure.predict`)."""
+    device = device or device_identity()
+    cache = cache or os.path.join(os.path.dirname(default_cache_path()),
+                                  f"profile-{_slug(device['backend'] + '-' + device['name'])}"
+                                  ".json")
+    os.makedirs(os.path.dirname(os.path.abspath(cache)), exist_ok=True)
+    return MeasuredCostModel(tile_runner, cache)
 
 
 def _check_destination(out_dir: str, device: dict) -> None:
@@ -129,11 +146,7 @@ def record_profile(models: Sequence[str], out_dir: str, preset: str | None = Non
         raise MachineError(f"device counts must be >= 1, got {list(counts)}")
     spec = DeviceSpec(0, f"{device['kind']}0", device["kind"], host_bw=1e10)
     here = Machine([spec], [], name=f"profile:{device['kind']}")
-    cache = cache or os.path.join(os.path.dirname(default_cache_path()),
-                                  f"profile-{_slug(device['backend'] + '-' + device['name'])}"
-                                  ".json")
-    os.makedirs(os.path.dirname(os.path.abspath(cache)), exist_ok=True)
-    cm = MeasuredCostModel(tile_runner, cache)
+    cm = device_cost_model(cache, device)
     done = []
     for name in models:
         t0 = time.perf_counter()

@@ -10,8 +10,8 @@ Views: a region argument's :class:`RegionView` is built on the worker when
 the task starts (its instances may be made by an earlier task of the same
 device). Views are built once per body and kept, so replays reuse them
 ("argument views bound once"); a view into reduction buffers is rebuilt
-when one of its buffers was replaced (buffers are dropped at fences and
-grown to new rects; a replay resets them in place).
+when one of its buffers was replaced (buffers go back to the pool after
+their last consumer, are dropped at fences and grown to new rects).
 """
 
 from __future__ import annotations

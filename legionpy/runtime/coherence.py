@@ -223,18 +223,28 @@ def choose_source(valid: dict[int, int], owner: int | None = None) -> int:
 class _Store:
     """The mutable pieces of the version that currently owns them."""
 
-    __slots__ = ("index", "next_key")
+    __slots__ = ("index", "next_key", "refs")
 
     def __init__(self) -> None:
         self.index = RectIndex()
         self.next_key = 0
+        self.refs: dict[Any, int] = {}  # reduction buffer key -> pieces referring to it
 
     def apply(self, removed: list[tuple[int, Piece]], added: list[tuple[int, Piece]]) -> None:
         ix = self.index
-        for k, _ in removed:
+        refs = self.refs
+        for k, p in removed:
             ix.remove(k)
+            for r in p.reds:
+                n = refs[r.buffer] - 1
+                if n:
+                    refs[r.buffer] = n
+                else:
+                    del refs[r.buffer]
         for k, p in added:
             ix.add(p.rect, k, p)
+            for r in p.reds:
+                refs[r.buffer] = refs.get(r.buffer, 0) + 1
 
 
 class FieldState:
@@ -252,8 +262,7 @@ class FieldState:
 
     def __init__(self, pieces: list[Piece]) -> None:
         store = _Store()
-        for k, p in enumerate(pieces):
-            store.index.add(p.rect, k, p)
+        store.apply([], list(enumerate(pieces)))
         store.next_key = len(pieces)
         self._store: _Store | None = store
         # when not the owner: my pieces = _base's pieces - _removed + _added
@@ -310,6 +319,16 @@ class FieldState:
         """``{memory: (buffer key, redop)}``: the reduction buffer a further
         reducer with that op on that memory accumulates into."""
         return dict(self._open)
+
+    def refers(self, buffer: Any) -> bool:
+        """Some piece still has pending contributions in reduction buffer
+        ``buffer`` (when none does, no later access can read it: the buffer
+        is dead once the copies and folds already planned from it have run)."""
+        return buffer in self._own().refs
+
+    def buffers_in(self, rect: Rect) -> set:
+        """Reduction buffers with pending contributions inside ``rect``."""
+        return {r.buffer for _, p in self._own().index.query(rect) for r in p.reds}
 
     def __eq__(self, other: object) -> bool:
         """Same pieces (the open-buffer table is not compared)."""

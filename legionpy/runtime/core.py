@@ -44,7 +44,7 @@ import numpy as np
 from ..errors import LaunchError, MappingError, RegionError, TaskError
 from ..regions import WD, DependenceAnalyzer, Partition, Region, RegionRequirement, Subregion
 from .body import PointBody
-from .coherence import HOST, FieldState, Request
+from .coherence import HOST, FieldState, FoldAction, Request
 from .devices import Device, limit_blas, machine_devices, queue_name
 from .futures import Future, FutureMap
 from .instances import Instances
@@ -362,8 +362,12 @@ class Runtime:
                         if not inst.covers(mem, root, f, rect):
                             self._quiesce()  # in-flight ops may hold views of the old array
                         inst.reserve(mem, root, f, rect)
+                    if mode == "write_discard" and key in self._reduced:
+                        self._discarded(st, rect)
                     plan, states[key] = st.access(
                         Request(rect, mode, mem, op_id, redop, buf), new_id)
+                    if plan.copies or plan.prologue:
+                        self._plan_consumers(plan, states[key])
                     if mode == "reduce":  # mem's open buffer for (root, f), maybe older
                         buf = (plan.buffer, redop)
                         if mine and plan.prologue:  # folds of another op's reductions
@@ -387,6 +391,34 @@ class Runtime:
             if o is not None:
                 dep_ops.append(o)
         return views, prologues, deps
+
+    def _plan_consumers(self, plan: Any, st: FieldState) -> None:
+        """Reduction buffer lifetimes (docs/memory.md): every copy or fold of
+        ``plan`` that reads a buffer of this rank is one more consumer of it;
+        a buffer the new state ``st`` no longer refers to is dead, and goes
+        back to the pool as soon as its last consumer has run."""
+        inst, repl = self.instances, self.repl
+        read = []
+        for c in plan.copies:
+            if c.buffer is not None and (repl is None or repl.owns(c.src)):
+                inst.will_consume(c.buffer)
+                read.append(c.buffer)
+        for a in plan.prologue:
+            if type(a) is FoldAction and a.buffer is not None and (
+                    repl is None or repl.owns(a.memory)):
+                inst.will_consume(a.buffer)
+                read.append(a.buffer)
+        for b in dict.fromkeys(read):
+            if not st.refers(b):
+                inst.mark_dead(b)
+
+    def _discarded(self, st: FieldState, rect: Any) -> None:
+        """A write or fill of ``rect`` drops the pending reductions there
+        unread: those buffers live until the next fence (their reducers may
+        still be running when the other consumers finish)."""
+        bufs = st.buffers_in(rect)
+        if bufs:
+            self.instances.abandon(bufs)
 
     def _new_state(self, root: Any, field: str) -> FieldState:
         """Fields start as a lazy fill of 0; a region's instances and state
@@ -571,6 +603,8 @@ class Runtime:
         deps = self.analyzer.analyze(op_id, [RegionRequirement(region, WD(field))])
         key = (root.uid, field)
         st = self.states.get(key) or self._new_state(root, field)
+        if key in self._reduced:
+            self._discarded(st, region.rect)
         self.states[key] = st.fill(region.rect, value)
         op = Op(op_id, "fill", f"fill {region.name}.{field}", None, None)
         op.deps = tuple(deps)
@@ -604,6 +638,8 @@ class Runtime:
         self.instances.instance(HOST, root, field)[rect.to_slices()] = arr
         key = (root.uid, field)
         st = self.states.get(key) or self._new_state(root, field)
+        if key in self._reduced:
+            self._discarded(st, rect)
         _, self.states[key] = st.access(Request(rect, "write_discard", HOST, op_id), self._new_id)
 
     def read_region(self, region: Any, field: str) -> np.ndarray:
@@ -626,6 +662,7 @@ class Runtime:
         st = self.states.get(key) or self._new_state(root, field)
         host = self.instances.instance(HOST, root, field)
         plan, self.states[key] = st.access(Request(rect, "read", HOST, op_id), self._new_id)
+        self._plan_consumers(plan, self.states[key])
         for c in plan.copies:
             self._submit_copy(c, root, field)
         self._wait_ids(deps | plan.deps)
@@ -633,13 +670,16 @@ class Runtime:
         self.instances.run_prologue(plan.prologue, root, field)
         return host[rect.to_slices()].copy()
 
-    def memory_stats(self, reset: bool = False) -> dict[int, dict[str, int]]:
-        """Bytes of instances and reduction buffers per memory of this rank:
-        ``{memory: {"bytes": in use now, "peak_bytes": most in use at once,
-        "reserved_bytes": allocated now, the buffer pool included}}`` (memory
-        -1: the host's whole-root replicas). ``reset``: peaks restart from now."""
+    def memory_stats(self, reset: bool = False) -> dict[int, dict[str, Any]]:
+        """Bytes of instances, reduction and staging buffers per memory of
+        this rank: ``{memory: {"bytes": in use now, "peak_bytes": most in use
+        at once, "peak_by_kind": {"instances", "reduction", "staging": bytes}
+        at that peak, "reserved_bytes": allocated now, the buffer pool
+        included}}`` (memory -1: the host's whole-root replicas). ``reset``:
+        peaks restart from now."""
         inst = self.instances
         out = {m: {"bytes": inst.nbytes.get(m, 0), "peak_bytes": inst.peak.get(m, 0),
+                   "peak_by_kind": dict(inst.peak_kinds.get(m, {})),
                    "reserved_bytes": inst.reserved.get(m, 0)}
                for m in sorted(set(inst.nbytes) | set(inst.peak))}
         if reset:

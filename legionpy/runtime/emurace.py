@@ -28,8 +28,9 @@ Accesses
 --------
 Each allocation (a base numpy buffer, :class:`Buf`) keeps access records
 ``(stream, seq, write, byte span, box)``: the box, in the allocation's
-index space, when the view has the allocation's strides (a tile of an
-instance), else the byte span (conservative). A kernel reading a view
+index space, when each axis of the view runs along one axis of the
+allocation (a tile of an instance, a transpose, a column with its axis
+dropped), else the byte span (conservative). A kernel reading a view
 conflicts with an unordered earlier write of an overlapping part
 (read-after-write); a write with an unordered earlier read or write
 (write-after-read, write-after-write). A host read (``get``, ``item``,
@@ -283,14 +284,37 @@ def extent(a: Any, b: Buf) -> tuple[int, int, tuple | None]:
         else:
             lo += (n - 1) * st
     hi += a.itemsize
-    if b.box_ok and a.ndim == b.ndim and a.strides == b.strides:
-        starts = []
-        rem = off
-        for st in b.strides:
-            q, rem = divmod(rem, st)
-            starts.append(q)
-        return lo, hi, (tuple(starts), tuple(s + n for s, n in zip(starts, a.shape)))
-    return lo, hi, None
+    return lo, hi, _box(a, b, off) if b.box_ok else None
+
+
+def _box(a: Any, b: Buf, off: int) -> tuple | None:
+    """View ``a`` (at byte ``off`` of C-contiguous allocation ``b``) as a box
+    of ``b``'s index space: its axes each run along one axis of ``b`` (a
+    slice, a transpose, an axis dropped by an integer index), else None (then
+    the byte range stands for it, conservatively). Column ``t`` of a (batch,
+    time) array is then disjoint from column ``t + 1``, although their byte
+    ranges interleave."""
+    strides = b.strides
+    starts = []
+    rem = off
+    for st in strides:
+        q, rem = divmod(rem, st)
+        starts.append(q)
+    if rem:
+        return None
+    ends = [s + 1 for s in starts]
+    used = [False] * len(strides)
+    for n, st in zip(a.shape, a.strides):
+        if n == 1:
+            continue
+        for j, sj in enumerate(strides):
+            if sj == st and not used[j]:
+                used[j] = True
+                ends[j] = starts[j] + n
+                break
+        else:
+            return None
+    return tuple(starts), tuple(ends)
 
 
 def _overlap(r: tuple, lo: int, hi: int, box: tuple | None) -> bool:

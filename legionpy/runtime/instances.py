@@ -23,12 +23,24 @@ that memory, allocated by the first reducer that runs and grown to the
 bounding box of the reducers' rects when a later one reaches beyond it
 (:meth:`Instances.reduction_view`, on the device's worker: the tasks of one
 device run one at a time). A reduction copied to another memory lands in a
-staging buffer there and is folded by the reader's prologue. Buffers no
-coherence piece refers to are dropped at the next fence.
+staging buffer there and is folded by the reader's prologue.
+
+Buffer lifetimes (docs/memory.md): the launch-time analysis counts each copy
+or fold planned from a buffer (:meth:`Instances.will_consume`) and marks the
+buffer dead when no coherence piece refers to it any more
+(:meth:`Instances.mark_dead`); the worker that runs its last consumer
+returns it to a per-(memory, shape, dtype) pool (:meth:`Instances.consumed`),
+where the next buffer of that shape (usually the next step's) takes it. A
+trace replay has no analysis: its begin marker re-installs the consumers and
+deaths its recording counted (:meth:`Instances.expect`). A buffer partly
+discarded unread by a write or fill (its reducers may still run) and any
+leftover are dropped at the next fence. Staging buffers live from their
+copy to the fold that consumes them.
 
 Bytes: :attr:`Instances.nbytes` / :attr:`Instances.peak` count, per memory,
-the instances and reduction buffers it holds now and at most (``peak_bytes``
-in ``legionpy.runtime.memory_stats()``), to compare with the simulator's
+the instances, reduction buffers and staging buffers it holds now and at
+most (``peak_bytes`` in ``legionpy.runtime.memory_stats()``, with the split
+by :data:`KINDS` at the peak), to compare with the simulator's
 ``peak_memory`` of the same strategy.
 
 GPU memories (``gpu_of``: memory id -> CUDA device ordinal, set by the
@@ -56,6 +68,9 @@ from .coherence import Copy, FillAction, FoldAction
 from .streams import BufferPool
 
 __all__ = ["Instances", "RegionView", "identity", "FOLD"]
+
+#: what a memory's bytes are made of (``Instances.kind_bytes``)
+KINDS = ("instances", "reduction", "staging")
 
 FOLD = {"+": np.add, "*": np.multiply, "max": np.maximum, "min": np.minimum}
 
@@ -127,20 +142,38 @@ class Instances:
         self.generation = 0
         self.nbytes: dict[int, int] = {}  # memory -> bytes of instances and buffers now
         self.peak: dict[int, int] = {}  # memory -> the most bytes it held at once
+        #: memory -> {kind: bytes now} and the same at that memory's peak, kinds
+        #: "instances", "reduction" (buffers) and "staging" (received buffers)
+        self.kind_bytes: dict[int, dict[str, int]] = {}
+        self.peak_kinds: dict[int, dict[str, int]] = {}
         self.reserved: dict[int, int] = {}  # memory -> bytes allocated (pool included)
         #: dead reduction buffers per (memory, shape, dtype), reused by the next
         #: buffer of that shape (the next step's): allocation-free steady state
-        self.pool: dict[tuple, list] = {}
-        self.pool_hits = self.pool_misses = 0
+        #: (on a GPU, stream-ordered: the next user waits for the last one)
+        self.pool = BufferPool()
+        #: reduction buffer lifetimes: planned consumers (copies, folds) not
+        #: run yet; buffers no coherence piece refers to any more (dropped when
+        #: their last consumer has run); buffers partly discarded by a write
+        #: or fill (their reducers may still run: dropped at the next fence)
+        self.pending: dict[Any, int] = {}
+        self.dead: set = set()
+        self.abandoned: set = set()
+        #: while a trace records: ``({buffer: consumers planned}, {dead buffers})``
+        self.log: tuple[dict, set] | None = None
         #: under MPI every instance covers its whole root for now: tile-sized
         #: instances broke copies between ranks (MPI truncation), not yet fixed
         self.whole_roots = False
 
-    def _account(self, memory: int, delta: int) -> None:
+    def _account(self, memory: int, delta: int, kind: str = "instances") -> None:
         with self._lock:
             b = self.nbytes[memory] = self.nbytes.get(memory, 0) + delta
+            kb = self.kind_bytes.get(memory)
+            if kb is None:
+                kb = self.kind_bytes[memory] = dict.fromkeys(KINDS, 0)
+            kb[kind] += delta
             if b > self.peak.get(memory, 0):
                 self.peak[memory] = b
+                self.peak_kinds[memory] = dict(kb)
 
     def _reserve_bytes(self, memory: int, nbytes: int) -> None:
         with self._lock:
@@ -150,6 +183,7 @@ class Instances:
         """Start measuring peaks again from the bytes held now."""
         with self._lock:
             self.peak = dict(self.nbytes)
+            self.peak_kinds = {m: dict(k) for m, k in self.kind_bytes.items()}
 
     def zeros(self, memory: int, shape: tuple, dtype: Any, ipc: bool = False) -> Any:
         if memory in self.gpu_of:
@@ -232,28 +266,20 @@ class Instances:
         return arr[rect.to_slices(self.rects[(memory, root.uid, field)].lo)]
 
     def _new_buffer(self, rect: Rect, redop: str, dtype: np.dtype, memory: int) -> Any:
-        with self._lock:
-            free = self.pool.get((memory, rect.shape, np.dtype(dtype)))
-            buf = free.pop() if free else None
-        if buf is not None:  # reused across steps: no allocation
-            self.pool_hits += 1
-            if type(buf) is np.ndarray:
-                buf.fill(identity(redop, dtype))
-            else:
-                from . import gpu
-                with gpu.on_array(buf):
-                    buf[...] = identity(redop, dtype)
-            return buf
-        self.pool_misses += 1
-        self._reserve_bytes(memory, int(np.prod(rect.shape)) * np.dtype(dtype).itemsize)
-        if memory in self.gpu_of:
+        """An identity-filled buffer over ``rect``: from the pool, or made."""
+        dtype = np.dtype(dtype)
+
+        def make() -> Any:
+            self._reserve_bytes(memory, rect.volume * dtype.itemsize)
+            return self.zeros(memory, rect.shape, dtype)
+
+        buf = self.pool.take(memory, rect.shape, dtype, make)
+        if type(buf) is np.ndarray:
+            buf.fill(identity(redop, dtype))
+        else:
             from . import gpu
-            buf = self.zeros(memory, rect.shape, dtype)
             with gpu.on_array(buf):
                 buf[...] = identity(redop, dtype)
-        else:
-            buf = np.empty(rect.shape, dtype=dtype)
-            buf.fill(identity(redop, dtype))
         return buf
 
     def reduction_view(self, key: Any, rect: Rect, redop: str, dtype: np.dtype,
@@ -266,7 +292,7 @@ class Instances:
             buf, brect = self._new_buffer(rect, redop, dtype, memory), rect
             self.redbufs[key] = (buf, brect)
             self.redmem[key] = memory
-            self._account(memory, buf.nbytes)
+            self._account(memory, buf.nbytes, "reduction")
         else:
             buf, brect = got
             if not brect.contains(rect):
@@ -278,7 +304,7 @@ class Instances:
                         grown[brect.to_slices(bb.lo)] = buf
                 else:
                     grown[brect.to_slices(bb.lo)] = buf
-                self._account(memory, grown.nbytes - buf.nbytes)
+                self._account(memory, grown.nbytes - buf.nbytes, "reduction")
                 self._reserve_bytes(memory, -buf.nbytes)
                 buf, brect = grown, bb
                 self.redbufs[key] = (buf, brect)
@@ -318,9 +344,52 @@ class Instances:
         if got is not None:
             mem = self.redmem.pop(key, -1)
             buf = got[0]
-            self._account(mem, -buf.nbytes)
-            with self._lock:
-                self.pool.setdefault((mem, buf.shape, buf.dtype), []).append(buf)
+            self._account(mem, -buf.nbytes, "reduction")
+            self.pool.give(mem, buf)  # on a GPU: after the stream that used it last
+
+    # -- reduction buffer lifetimes (main thread plans, workers consume) ----------------
+    def will_consume(self, key: Any) -> None:
+        """One more copy or fold will read buffer ``key`` (launch-time analysis)."""
+        with self._lock:
+            self.pending[key] = self.pending.get(key, 0) + 1
+        if self.log is not None:
+            self.log[0][key] = self.log[0].get(key, 0) + 1
+
+    def mark_dead(self, key: Any) -> None:
+        """No coherence piece refers to buffer ``key`` any more: it goes back
+        to the pool when the consumers planned so far have run (the caller
+        has just planned one)."""
+        if self.log is not None:
+            self.log[1].add(key)
+        with self._lock:  # a consumer was just planned: the last one drops it
+            if key not in self.abandoned:
+                self.dead.add(key)
+
+    def abandon(self, keys: Any) -> None:
+        """A write or fill discarded part of these buffers without reading
+        them: their reducers may still be running, so they live to the fence."""
+        with self._lock:
+            self.abandoned.update(keys)
+            self.dead.difference_update(keys)
+
+    def consumed(self, key: Any) -> None:
+        """A copy or fold has read buffer ``key`` (run by that op's worker)."""
+        with self._lock:
+            n = self.pending.get(key, 0) - 1
+            if n > 0 or key not in self.dead:
+                self.pending[key] = max(n, 0)
+                return
+            del self.pending[key]
+            self.dead.discard(key)
+        self._drop_buffer(key)
+
+    def expect(self, consumers: dict, dying: set) -> None:
+        """A trace replay is about to run: the consumers and deaths its
+        recording planned (the begin marker, after every earlier op ran)."""
+        with self._lock:
+            for key, n in consumers.items():
+                self.pending[key] = self.pending.get(key, 0) + n
+            self.dead.update(k for k in dying if k not in self.abandoned)
 
     def drop_root(self, uid: int) -> None:
         for k in [k for k in self.arrays if k[1] == uid]:
@@ -344,10 +413,12 @@ class Instances:
             buf, brect = self.redbufs[c.buffer]
             for r in c.rects:
                 self.stage((c.id, r), buf[r.to_slices(brect.lo)], c.dst)
+            self.consumed(c.buffer)
 
     def stage(self, key: tuple, src: Any, memory: int) -> None:
         """A copy of ``src`` in ``memory``'s staging buffer ``key`` (copy id,
-        rect), from the staging pool; the fold gives it back."""
+        rect), from the staging pool; the fold gives it back (counted as
+        "staging" bytes in between)."""
         dst = self.staging_pool.take(memory, src.shape, src.dtype,
                                      lambda: self.zeros(memory, src.shape, src.dtype))
         if type(dst) is np.ndarray and type(src) is np.ndarray:
@@ -356,6 +427,7 @@ class Instances:
             from . import gpu
             gpu.copy_into(dst, src)
         self.staging[key] = dst
+        self._account(memory, dst.nbytes, "staging")
 
     def run_prologue(self, actions: list, root: Any, field: str) -> None:
         for a in actions:
@@ -366,11 +438,18 @@ class Instances:
                 if a.staged is not None:
                     src = self.staging.pop((a.staged, a.rect))
                     FOLD[a.redop](dst, src, out=dst)
+                    self._account(a.memory, -src.nbytes, "staging")
                     self.staging_pool.give(a.memory, src)
                 else:
                     FOLD[a.redop](dst, self.reduction_part(a.buffer, a.rect), out=dst)
+                    self.consumed(a.buffer)
 
     def keep_only(self, live: set) -> None:
-        """Drop reduction buffers no coherence piece refers to."""
+        """Drop reduction buffers no coherence piece refers to (a fence: every
+        op has run, so no consumer is pending)."""
         for k in [k for k in self.redbufs if k not in live]:
             self._drop_buffer(k)
+        with self._lock:
+            self.pending.clear()
+            self.dead.clear()
+            self.abandoned &= live

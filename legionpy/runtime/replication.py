@@ -182,6 +182,8 @@ class Replicator:
             else:
                 self._stage(c, np.array(buf, copy=True))
         cl.wait(reqs, lambda: f"rank(s) {peers} to receive copy {c.id} of {root.name}.{field}")
+        if c.buffer is not None:
+            self.rt.instances.consumed(c.buffer)
 
     def _stage(self, c: Any, buf: Any) -> None:
         """Received reduction data (``_source`` layout) into the staging buffers."""

@@ -351,10 +351,9 @@ class BufferPool:
 
     def give(self, memory: int, buf: Any) -> None:
         ev = None
-        if gpu.is_gpu(buf):
-            b = gpu.backend()
-            with b.Device(buf.device.id):
-                ev = b.Event()
-                ev.record(b.current_stream())
+        if gpu.is_gpu(buf):  # on the stream of the op that used it last (current), which
+            b = gpu.backend()  # may be on another GPU: a copy's link stream
+            ev = b.Event()
+            ev.record(b.current_stream())
         with self._lock:
             self.free.setdefault((memory, tuple(buf.shape), buf.dtype), []).append((buf, ev))

@@ -178,6 +178,10 @@ class Recording:
         self.idempotent: set = set()  # keys whose final state meets the precondition
         self.reduced: set = set()
         self.buffers: list = []  # [(buffer key, redop)] the trace opens
+        #: reduction buffer lifetimes: {buffer: copies and folds reading it},
+        #: the buffers that die in the block (Instances.expect at each replay)
+        self.consumers: dict = {}
+        self.dying: set = set()
         self.replayable = True
         self.why_not = ""
         self.ordered: str | None = None  # None until the fixed order is set
@@ -290,6 +294,7 @@ class Tracer:
         rec = Recording(name, rt._next_id, self.mapper_epoch)
         rec.order_fn = order
         rec.pre = dict(rt.states)  # persistent states: a snapshot costs the dict
+        rt.instances.log = (rec.consumers, rec.dying)
         self.rec = rec
         self.mode = "record"
         rt.sched.recorder = self._on_submit
@@ -505,9 +510,13 @@ class Tracer:
         rt._next_id = base + rec.count
         self.delta = base - rec.base
         begin = Op(begin_id, "marker", f"begin trace {rec.name}", None,
-                   _reset_buffers(rt.instances, rec.buffers) if rec.buffers else None)
+                   _reset_buffers(rt.instances, rec)
+                   if rec.buffers or rec.consumers else None)
         self.begin_op = begin
         waits = list(rt._live.values())
+        streams = rt.sched.streams
+        if streams is not None:  # and the kernels of finished ops, still in flight
+            begin.deps = tuple(streams.done)
         if self.last_end is not None:
             waits.append(self.last_end)
         rt.sched.submit(begin, waits)
@@ -631,19 +640,26 @@ class Tracer:
         _debug(self.rt, 1, msg)
 
     def _reset(self) -> None:
+        self.rt.instances.log = None
         self.mode = self.name = self.rec = self.item = None
         self.cur = []
         self.begin_op = None
         self.pos = 0
 
 
-def _reset_buffers(inst: Any, buffers: list) -> Callable[[Op], None]:
-    """The begin marker's body: the reduction buffers a trace opens start at
-    their identity again (reused across replays, not reallocated)."""
+def _reset_buffers(inst: Any, rec: Recording) -> Callable[[Op], None]:
+    """The begin marker's body: the reduction buffers a trace opens that are
+    still there start at their identity again, and the replay's copies and
+    folds are expected as the buffers' consumers, so each buffer that dies in
+    the block goes back to the pool after its last one (the next replay's
+    reducers take it from there): the recording's lifetimes, replayed."""
+    buffers, consumers, dying = rec.buffers, rec.consumers, rec.dying
 
     def reset(op: Op) -> None:
         for key, redop in buffers:
             inst.reset_buffer(key, redop)  # under the buffer's GPU when it has one
+        if consumers:
+            inst.expect(consumers, dying)
     return reset
 
 

@@ -108,3 +108,46 @@ def test_peak_bytes_per_device_track_the_simulator(model, strategy):
             assert 0.8 * want[d] <= got[d]["peak_bytes"] <= 1.8 * want[d], (d, got, want)
     finally:
         lr.shutdown()
+
+
+@lp.task(privileges=[lp.Reduce("+", "v")])
+def add_one(t):
+    t.v[...] += 1
+
+
+def test_reduction_buffers_go_back_to_the_pool_after_their_last_fold():
+    """Each step's buffers are consumed (copied to the reader's device or
+    folded there) and returned within the step, recorded or replayed; the
+    next step takes them from the pool, so nothing is allocated twice."""
+    rt = lr.init(cpus=2)
+    try:
+        R = lp.Region((8,), {"v": np.float64})
+        P = lp.Partition.equal(R, (2,))
+        inst = rt.instances
+        for step in range(5):
+            with lr.trace("t"):
+                lr.index_launch(add_one, P.colors, P)  # one buffer per device
+                total = look(R)  # device 0: copies device 1's buffer, folds its own
+            assert total.get() == 8 * (step + 1)  # no fence in between
+            assert not inst.redbufs and not inst.staging
+            assert inst.kind_bytes[0]["reduction"] == inst.kind_bytes[1]["reduction"] == 0
+            assert inst.kind_bytes[0]["staging"] == 0
+            if step == 2:
+                misses = inst.pool.misses
+        assert rt.tracer.recordings["t"].replays >= 2
+        assert inst.pool.misses == misses and inst.pool.hits > 0
+    finally:
+        lr.shutdown()
+
+
+def test_a_buffer_partly_overwritten_lives_to_the_fence(rt1):
+    R = lp.Region((8,), {"v": np.float64})
+    P = lp.Partition.equal(R, (2,))
+    add_one(R)  # one buffer over [0, 8)
+    lr.index_launch(bump, [(0,)], P)  # reads [0, 4): folds that part
+    lp.fill(P[1], "v", 5.0)  # [4, 8) is discarded unread
+    look(P[0]).get()  # every task so far has run
+    assert rt1.instances.abandoned and rt1.instances.redbufs  # kept to the fence
+    np.testing.assert_array_equal(R.read("v"), [2, 2, 2, 2, 5, 5, 5, 5])
+    lr.fence()
+    assert not rt1.instances.redbufs

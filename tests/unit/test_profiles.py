@@ -13,7 +13,7 @@ import pytest
 
 from legionpy.cli import main
 from legionpy.models import graph as zoo_graph
-from legionpy.optimizer import Machine, Simulator, Strategy, TableCostModel
+from legionpy.optimizer import Machine, Simulator, Strategy, TableCostModel, search
 from legionpy.optimizer.costmodel import AnalyticCostModel, cost_key, default_cost_model
 from legionpy.optimizer.machine import PRESETS
 from legionpy.optimizer.profiles import (
@@ -78,6 +78,11 @@ def test_a_cpu_profile_backs_its_preset_and_replaces_the_analytic_times(
             delta += (f + b) - (fa + ba) if op.has_backward else f - fa
     (name, t), = busy.items()
     assert t - busy0[name] == pytest.approx(delta, rel=1e-6)
+
+    # the search runs on it too, and says so
+    rep = search.run_all(sim.graph, Machine.parse("h100:1x2"), methods=["data", "model"])
+    assert "h100-lenet.json" in rep.details["cost_model"]["name"]
+    assert rep.details["cost_model"]["tiles"]["table"] > 0 and "tiles from the table" in rep.table()
 
     # the commands say so
     assert main(["simulate", "lenet", "--scale", "small", "--machine", "h100:1x2",
