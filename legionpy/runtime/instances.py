@@ -374,6 +374,9 @@ class Instances:
 
     def consumed(self, key: Any) -> None:
         """A copy or fold has read buffer ``key`` (run by that op's worker)."""
+        got = self.redbufs.get(key)
+        if got is not None:  # its kernels may still run on this stream: the next owner waits
+            self.pool.used(got[0])
         with self._lock:
             n = self.pending.get(key, 0) - 1
             if n > 0 or key not in self.dead:
