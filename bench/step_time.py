@@ -20,7 +20,17 @@ own kernels: the summed run time of the step's task bodies (taken from the
 runtime's trace of a replayed step), so the runtime's share is visible
 without torch.
 
+With ``--graphs`` (or ``--only-graphs``): the same zoo models on 2 EMULATED
+GPUs (``LEGIONPY_GPU_BACKEND=emulated``: numpy underneath, serial executor),
+replayed steps with CUDA graphs (runtime/graphs.py) vs without
+(``LEGIONPY_CUDA_GRAPHS=0``), 8 steps per ``fit`` call: host CPU
+milliseconds per step (process time; the emulated kernels run on the host,
+so this is host time, not a GPU figure), the scheduler ops the host ran per
+step (task and copy bodies, graph launches) and the emulated kernels plus
+graph launches it issued (what a CUDA graph saves on a GPU).
+
     python bench/step_time.py [--threads 1] [--repeat 5] [--skip-cnn] [--only-lstm] [--only-zoo]
+                              [--graphs | --only-graphs]
 
 Prints milliseconds per step and the ratios ours / torch and step / kernels.
 """
@@ -166,6 +176,66 @@ def zoo_table(repeat: int) -> None:
               f"{u / t:7.2f}x")
 
 
+def graphs_step(name: str, repeat: int, graphs: bool, steps: int = 8
+                ) -> tuple[float, tuple[float, float], dict]:
+    """(best host CPU ms per step (process time: other jobs on the machine
+    do not count) of ``steps`` replayed steps in one ``fit`` (fenced at
+    its end only: a fence drops the reduction buffers, so the next step
+    captures again), (scheduler ops the host ran per step, kernels plus graph
+    launches it issued per step), graph counters) of zoo model ``name`` on 2
+    emulated GPUs."""
+    from legionpy import data as D
+    from legionpy import models
+
+    env = {"LEGIONPY_GPU_BACKEND": "emulated", "LEGIONPY_GPUS": "2",
+           "LEGIONPY_CUDA_GRAPHS": "1" if graphs else "0"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    rt = lp.init(executor="serial")
+    try:
+        m = models.build(name, scale="small", seed=0)
+        xs, y = D.for_model(m, m.batch_size * steps, seed=0)
+        m.compile(optimizer=lp.nn.SGD(lr=0.01, momentum=0.9), strategy="data")
+        m.fit([x[:4 * m.batch_size] for x in xs], y[:4 * m.batch_size], verbose=0,
+              shuffle=False)  # two steps record the trace, the third captures
+        from legionpy.runtime import emugraph
+
+        best, issued = float("inf"), (0.0, 0.0)
+        for _ in range(repeat):
+            rt.trace.start()
+            emugraph.reset_stats()
+            t0 = time.process_time()
+            m.fit(xs, y, verbose=0, shuffle=False)
+            lp.fence()
+            dt = (time.process_time() - t0) / steps
+            recs = rt.trace.stop()
+            if dt < best:
+                best = dt
+                st = emugraph.stats()
+                issued = (sum(r["device"] is not None or r["link"] is not None
+                              for r in recs) / steps, (st["issued"] + st["launches"]) / steps)
+        return best * 1e3, issued, dict(rt.tracer.graphs.stats)
+    finally:
+        lp.runtime.shutdown()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def graphs_table(repeat: int) -> None:
+    print("zoo, small defaults, 2 EMULATED GPUs (numpy underneath, serial executor): a "
+          "replayed step with CUDA graphs vs without; host CPU ms per step, ops issued per step")
+    print(f"  {'model':8s} {'no graphs':>10s} {'graphs':>8s} {'speedup':>8s} "
+          f"{'ops run':>13s} {'kernels+launches':>17s} {'ops/graph':>10s}")
+    for name in ZOO:
+        t0, (o0, k0), _ = graphs_step(name, repeat, False)
+        t1, (o1, k1), st = graphs_step(name, repeat, True)
+        print(f"  {name:8s} {t0:10.2f} {t1:8.2f} {t0 / t1:7.2f}x {o0:6.0f} ->{o1:4.0f} "
+              f"{k0:8.0f} ->{k1:6.0f} {st['replaced'] / max(st['launched'], 1):10.1f}")
+
+
 def theirs(build, x, y, repeat: int) -> float | None:
     if torch is None:
         return None
@@ -212,7 +282,13 @@ def main() -> None:
     ap.add_argument("--skip-cnn", action="store_true")
     ap.add_argument("--only-lstm", action="store_true")
     ap.add_argument("--only-zoo", action="store_true")
+    ap.add_argument("--graphs", action="store_true", help="also the emulated-GPU graphs table")
+    ap.add_argument("--only-graphs", action="store_true")
     args = ap.parse_args()
+    if args.only_graphs:
+        with threadpool_limits(args.threads):
+            graphs_table(args.repeat)
+        return
     if args.only_zoo:
         with threadpool_limits(args.threads):
             zoo_table(args.repeat)
@@ -242,6 +318,8 @@ def main() -> None:
             b = theirs(build, x, y, args.repeat)
             KB.row(name, a, b)
         zoo_table(args.repeat)
+        if args.graphs:
+            graphs_table(args.repeat)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ __all__ = [
     "MachineError",
     "StrategyError",
     "GraphError",
+    "GraphCaptureError",
     "ModelError",
     "RankMismatchError",
     "TraceMismatchError",
@@ -78,6 +79,12 @@ class MachineError(LegionpyError, ValueError):
 class DeviceError(LegionpyError, RuntimeError):
     """An array used on the wrong GPU (not the current device, or mixed with
     another device's or the host's array): what a real GPU run would reject."""
+
+
+class GraphCaptureError(DeviceError):
+    """Work that a CUDA stream capture cannot record (a host transfer or
+    synchronisation while capturing: cudaErrorStreamCaptureUnsupported), or
+    the end of a capture that such work invalidated."""
 
 
 class StrategyError(LegionpyError, ValueError):

@@ -9,7 +9,10 @@ returns a plain dict (what ``--json`` prints):
 
 ``{"model", "strategy", "steps", "batch_size", "devices", "ranks",
 "parameters", "first_loss", "final_loss", "losses", "samples_per_s",
-"seconds", "measured_iteration_s", "background_cores"}``;
+"seconds", "measured_iteration_s", "background_cores", "cuda_graphs"}``;
+``cuda_graphs``: the CUDA graph counters of runtime/graphs.py (segments
+``captured``, graph ``launched``, op bodies ``replaced`` by launches; all 0
+on CPU devices or with ``LEGIONPY_CUDA_GRAPHS=0``);
 ``samples_per_s`` counts the steps after the first (which pays for first-touch
 allocation), or all of them when there is one step; ``measured_iteration_s``
 is the steady-state seconds per step (after the first three: the traced loop
@@ -44,10 +47,18 @@ def default_optimizer(name: str) -> Any:
 def start_runtime(devices: int | None = None) -> Any:
     """``lp.init`` with ``devices`` CPU devices per process; by default 2 in
     one process and 1 per rank under ``mpirun`` (so ``python X.py`` and
-    ``mpirun -n 2 python X.py`` use the same total device count)."""
+    ``mpirun -n 2 python X.py`` use the same total device count). With GPUs
+    asked for (``LEGIONPY_GPUS=n``, or ``LEGIONPY_GPU_BACKEND=emulated``) and
+    ``devices`` None, the runtime's GPU devices (runtime/gpu.py)."""
+    import os
+
     from .. import runtime as lr
     from ..runtime.mpi import launched_under_mpi
 
+    gpus = os.environ.get("LEGIONPY_GPUS", "").strip()
+    if devices is None and (gpus not in ("", "0") or (
+            gpus != "0" and os.environ.get("LEGIONPY_GPU_BACKEND") == "emulated")):
+        return lr.init()
     if devices is None and not launched_under_mpi():
         devices = 2
     return lr.init(cpus=devices)
@@ -142,7 +153,9 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
             "first_loss": losses[0] if losses else None,
             "final_loss": losses[-1] if losses else None, "losses": losses,
             "samples_per_s": timed * b / max(span, 1e-9), "seconds": end - t0,
-            "measured_iteration_s": steady, "background_cores": bg}
+            "measured_iteration_s": steady, "background_cores": bg,
+            "cuda_graphs": {k: rt.tracer.graphs.stats[k]
+                            for k in ("captured", "launched", "replaced")}}
 
 
 def add_train_arguments(p: Any, steps: int = 30) -> None:

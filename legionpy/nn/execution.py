@@ -235,7 +235,8 @@ class OpPlan:
                 _drop_axis(views[i].grad, self.views[i])[...] += dx
         for n, v in zip(self.pnames, views[nin:]):
             v.g[...] += dws[n]
-        del self.cache[k]
+        # the cache stays until the next F of this tile replaces it: a CUDA graph
+        # that launches F runs no Python, and a live B then reads F's arrays
         _throttle(self.cfg.devices[k], t0)
         return result
 
@@ -368,7 +369,9 @@ class Executor:
                 lr.fill(self.regions[pl.op.name], "val", 0.0)
         j, stats = 0, []
         for pl in self.plans:
-            kw: dict = {"step": step, "training": training}
+            # the step seeds dropout only: other tasks get a constant, so a CUDA
+            # graph that captured them stays valid (runtime/graphs.py)
+            kw: dict = {"step": step if pl.op.kind == "dropout" else 0, "training": training}
             if pl.op.kind == "input":
                 kw["data"] = inputs[j]
                 j += 1
@@ -416,7 +419,7 @@ class Executor:
         for pl in reversed(self.plans):
             if not pl.op.has_backward:
                 continue
-            kw: dict = {"step": step}
+            kw: dict = {"step": 0}  # B reads dropout's mask from F's cache, not the step
             if pl.is_last:
                 kw["target"] = target
             f = lr.index_launch(pl.b_task, pl.colors, *pl.args(), launch_options=pl.b_opts,
@@ -424,7 +427,8 @@ class Executor:
             if pl.is_last:
                 fm = f
         for part, task, opts, sparse in self.updates:
-            lr.index_launch(task, part.colors, part, step + 1, sparse, opts.tag[0],
+            t = step + 1 if self.opt.uses_step else 1  # SGD: graph-capturable updates
+            lr.index_launch(task, part.colors, part, t, sparse, opts.tag[0],
                             launch_options=opts)
         return fm
 

@@ -29,6 +29,9 @@ class Optimizer:
     """Base class: ``fields`` (state fields per parameter) and ``update``."""
 
     fields: tuple[str, ...] = ()
+    #: does ``update`` depend on ``step``? (False: the runtime passes 1 every
+    #: step, so a CUDA graph that captured the update stays valid)
+    uses_step = True
 
     def update(self, w: np.ndarray, g: np.ndarray, state: dict[str, np.ndarray],
                step: int) -> None:
@@ -45,6 +48,7 @@ class SGD(Optimizer):
     momentum: float = 0.0
     nesterov: bool = False
     weight_decay: float = 0.0
+    uses_step = False
 
     def __post_init__(self) -> None:
         if self.lr <= 0 or self.momentum < 0 or self.weight_decay < 0:

@@ -56,6 +56,7 @@ import numpy as np
 
 from ..errors import DeviceError
 from . import emurace
+from .emugraph import host_sync as _sync
 from .emurace import Buf, Event, Stream, current_stream
 
 __all__ = ["EmuArray", "Device", "current", "xp", "stats", "reset_stats", "Stream", "Event",
@@ -66,8 +67,8 @@ _lock = emurace._lock
 
 #: stream capture (runtime/emugraph.py): when set, every kernel calls
 #: ``hook(stream, what, fn, reads, writes)`` after the race check and before
-#: running; a return value other than None is taken as the kernel's result
-#: (``fn`` is then not run). ``reads`` / ``writes``: the EmuArrays it touches.
+#: running; a return value other than None replaces ``fn`` (the capture's
+#: recording wrapper). ``reads`` / ``writes``: the EmuArrays it touches.
 hook: Callable[..., Any] | None = None
 
 
@@ -94,6 +95,7 @@ class Device:
     def synchronize(self) -> None:
         """The host waits for every stream of this device (counted: the
         runtime synchronises events, never whole devices)."""
+        _sync(f"synchronize of emulated GPU {self.id}")
         emurace.synchronize_device(self.id)
         with _lock:
             _stats["syncs"][self.id] = _stats["syncs"].get(self.id, 0) + 1
@@ -231,9 +233,7 @@ def _kernel(what: str, fn: Callable[[], Any], reads: list, writes: list, dev: in
         for a in writes:
             access(s, seq, a.part(), a.buf(), True, what)
     if hook is not None:
-        got = hook(s, what, fn, reads, writes)
-        if got is not None:
-            return got
+        fn = hook(s, what, fn, reads, writes) or fn
     r = _wrap(fn(), dev)
     fresh = [r] if type(r) is EmuArray else [x for x in r if type(x) is EmuArray] \
         if type(r) in (list, tuple) else ()
@@ -347,6 +347,7 @@ class EmuArray:
         stream of the array's device (the legacy one when none was made
         current, which is ordered after what the host synchronised with
         and nothing else) and the host waits for it."""
+        _sync(f"{what} (a device-to-host copy)")
         dev = self.device.id
         s = emurace.explicit_stream(dev) or emurace.legacy_stream(dev)
         with _lock:
@@ -385,6 +386,8 @@ class EmuArray:
             raise _wrong("indexing an array", dev)
         reads = [self]
         k = _un(key, "an index", dev, reads, host_ok=True)
+        if getattr(k, "dtype", None) == np.bool_:
+            _sync("boolean-mask indexing (its size is data-dependent)")
         return _kernel("indexing (gather)", lambda: self._a[k], reads, [], dev)
 
     def __setitem__(self, key: Any, value: Any) -> None:
@@ -498,6 +501,7 @@ def _asarray(a: Any, dtype: Any = None, **kw: Any) -> EmuArray:
         if dtype is None or a.dtype == dtype:
             return a
         return _kernel("asarray (cast)", lambda: a._a.astype(dtype), [a], [], dev)
+    _sync("a host-to-device copy (cupy.asarray of host data)")
     host = _un(a, "asarray", dev, [], host_ok=True)
     return _kernel("asarray (host to device)", lambda: np.array(host, dtype=dtype), [], [], dev)
 
@@ -593,6 +597,7 @@ handles: dict[int, str] = {}
 
 def ipc_handle(a: EmuArray) -> str:
     """The handle (a /dev/shm file) of an instance allocated with ``ipc=True``."""
+    _sync("cudaIpcGetMemHandle")
     base = a._a if a._a.base is None or isinstance(a._a, np.memmap) else a._a.base
     path = handles.get(id(a._a)) or handles.get(id(base))
     if path is None:
@@ -605,6 +610,7 @@ def ipc_handle(a: EmuArray) -> str:
 
 def ipc_open(handle: str, k: int, nbytes: int) -> EmuArray:
     """The peer's allocation mapped into this process on GPU ``k`` (bytes)."""
+    _sync("cudaIpcOpenMemHandle")
     a = np.memmap(handle, dtype=np.uint8, mode="r+", shape=(nbytes,))
     with _lock:
         _stats["ipc_opened"] += 1

@@ -91,6 +91,7 @@ from ..errors import LaunchError, TraceMismatchError
 from ..regions import Partition, Region, Subregion
 from .body import PointBody
 from .futures import Future, FutureMap
+from .graphs import Graphs
 from .scheduler import DONE, Op
 
 __all__ = ["Tracer", "Recording", "Item", "Template"]
@@ -274,11 +275,14 @@ class Tracer:
         self.delta = 0
         self.last_end: Op | None = None
         self.stats = {"recorded": 0, "replayed": 0, "mismatched": 0}
+        self.graphs = Graphs(rt)  # CUDA graphs of replays on GPUs (runtime/graphs.py)
+        self.gr: Any = None  # this replay's graph state
 
     # -- public entry points -----------------------------------------------------------
     def invalidate(self) -> None:
         """Forget every recording (the mapper or a strategy changed)."""
         self.mapper_epoch += 1
+        self.graphs.dropped(self.recordings.values())
         self.recordings.clear()
 
     def begin(self, name: str, strict: bool = False, order: Callable | None = None) -> None:
@@ -519,10 +523,16 @@ class Tracer:
             begin.deps = tuple(streams.done)
         if self.last_end is not None:
             waits.append(self.last_end)
+        streams = rt.sched.streams
+        if streams is not None and rec.buffers and streams.done:
+            # the buffers it resets may still be read by finished ops' kernels (a
+            # staged copy of the recording's run): the reset waits on their events
+            begin.deps = tuple(streams.done)
         rt.sched.submit(begin, waits)
         self.cur = [Op(base + t.rid, t.kind, t.name, t.queue, t.fn, t.point, t.launch, t.tag)
                     for t in rec.ops]
         self.rec, self.mode, self.pos = rec, "replay", 0
+        self.gr = self.graphs.start(rec, self.cur, begin, rec.ordered)
         if rt.repl is not None:
             rt.repl.note(f"replay {rec.name}")
 
@@ -533,6 +543,7 @@ class Tracer:
         repl = rt.repl
         ops = rec.ops
         ids = rt.trace.enabled  # Op.deps only feed the trace records
+        gr = self.gr
         batch = []
         for off in range(item.lo, item.hi):
             t = ops[off]
@@ -549,6 +560,9 @@ class Tracer:
                     deps.append((fn.args[p] if isinstance(p, int) else fn.kwargs[p])._op)
             if repl is not None and not t.remote and t.kind != "copy" and t.queue is not None:
                 repl.cl.keep(op)
+            if gr is not None and off in gr.plan.seg_of:  # a CUDA graph member
+                batch.extend(gr.member(off, op, deps))
+                continue
             batch.append((op, deps))
         rt.sched.submit_many(batch)
         if repl is not None:
@@ -567,13 +581,17 @@ class Tracer:
         self._submit(item)
         self.pos += 1
         rt._seq += 1
-        futs = [Future(cur[o], rt.sched) for o in item.points]
+        gr = self.gr
+        futs = [Future(cur[o], gr.sched if gr is not None and o in gr.plan.seg_of else rt.sched)
+                for o in item.points]
         return futs[0] if domain is None else FutureMap(domain, futs)
 
     def _replay_host(self, item: Item, value: Any) -> Any:
         rt, cur = self.rt, self.cur
         if item.note is not None:
             rt.repl.note(item.note)
+        if self.gr is not None:
+            self.gr.flush(item.deps)
         self._submit(item)
         self.pos += 1
         waits = [cur[d] for d in item.deps] + ([self.begin_op] if item.ext else [])
@@ -593,6 +611,8 @@ class Tracer:
         the analyzer. Ops of later items are released as no-ops (they may be
         the fixed-order predecessors of submitted ones)."""
         rt, rec, cur = self.rt, self.rec, self.cur
+        if self.gr is not None:  # segments cut short by a divergence run live
+            self.gr.flush()
         submit = rt.sched.submit
         done_upto = rec.items[n - 1].hi if n else 0
         for off in range(done_upto, len(cur)):
@@ -644,6 +664,7 @@ class Tracer:
         self.mode = self.name = self.rec = self.item = None
         self.cur = []
         self.begin_op = None
+        self.gr = None
         self.pos = 0
 
 

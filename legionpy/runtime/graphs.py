@@ -1,0 +1,631 @@
+"""CUDA graphs for replayed traces: capture each device's fixed order once,
+launch it as graphs afterwards.
+
+A replayed trace (runtime/tracing.py) submits the same ops in the same
+per-queue order every step, each op a Python body that issues a handful of
+kernels. When every op of the trace is on this process's GPUs (or links
+between them) the replay is cut, per device, into *segments*, each captured
+once into a CUDA graph (``cupy.cuda.Stream.begin_capture`` /
+``end_capture``) and, on later replays, launched with one
+``cupy.cuda.Graph.launch`` per segment instead of running its ops' bodies.
+With ``LEGIONPY_GPU_BACKEND=emulated`` the capture is runtime/emugraph.py's.
+docs/gpu.md ("CUDA graphs") says why it has this shape; the summary:
+
+Segments
+--------
+A segment is a run of one GPU's fixed replay order (``Template.prev``
+chains) of *capturable* ops, cut so that only its first op waits for
+anything outside it (other than ops its first op already waits for,
+transitively) and only its last op has successors on another queue or is
+waited for by a host read or write of the block. Offsets (submission order)
+increase along a segment. Contracting such runs keeps the replay's
+dependence graph acyclic and every cross-queue dependence a segment
+boundary, so the graphs overlap with copies exactly as the live ops did.
+
+On replay each member op is submitted as a marker (no queue, no body) that
+waits for the segment's *runner*, one op on the device's queue submitted
+with the segment's last member; the runner waits for every outside
+dependence of the members and then
+
+- ``launch``: launches the segment's graph (the steady state);
+- ``capture``: captures the members' bodies on the device's compute stream,
+  ends the capture and launches the graph once (first replay, or after an
+  invalidation);
+- ``live``: runs the members' bodies in order (an op turned out not to be
+  capturable, or the graph is stale).
+
+Capturable: a point task (PointBody) on a GPU of this process, without
+Future arguments, whose prologue folds no staged copy (a staging array is
+made anew by each copy), and not found live. An op is found *live* when
+
+- capturing it raised GraphCaptureError (a host transfer or
+  synchronisation: ``.item()``, ``float()``, ``cupy.asarray`` of host data,
+  ``synchronize``, boolean masks; the members after it are then captured one
+  by one, and discarded, to find every such op in one replay);
+- its body returned a value (a host value, or a device array the graph would
+  overwrite at the next launch while a Future still holds it);
+- its plain arguments differ from those of the replay it was captured in
+  (a graph replays the kernel parameters it captured: a step counter, a
+  learning rate, an input batch passed by value).
+
+Python state: a graph launch runs no Python, so a body's Python-side state
+(the layer API's F and B of a tile share the tile's cache through their
+object) keeps the arrays of the body's last Python run, which the graph
+rewrites in place. Bodies that are methods of the same object at the same
+point form a *group*: an op found live makes its whole group live for good
+(every runner checks this when it runs, so a later member of the group in
+the same replay already runs live), and whenever members of a group run
+Python (captured, or live with a segment that had to run live), the graphs
+of the group's other segments captured in an earlier replay are dropped and
+captured again when they next run, so graph arrays and Python state agree.
+The segments are rebuilt at the next replay.
+Copies run live (emulated copies stage through the host; a capturable peer
+copy on link streams is future work).
+
+Memory: a graph writes the addresses it captured. Instances and reduction
+buffers are fixed across replays (tracing resets buffers in place); the
+temporaries a capture allocates are kept for the graph's life (emulated:
+the graph holds its arrays; CuPy: a capture-time allocator,
+``cupy.cuda.using_allocator``, whose allocations the segment keeps). A
+grown instance (``Instances.generation`` changed) makes every graph of the
+trace stale, and so does a reduction buffer it uses that was replaced
+(dropped at a fence, or grown): the segment is captured again (its bodies
+make the buffers anew); a re-recorded trace (``set_strategy``, a new
+mapper) drops its graphs with it.
+
+``LEGIONPY_CUDA_GRAPHS=0`` turns graphs off. A trace with an op on a CPU
+device or another rank, or replayed in readiness order
+(``LEGIONPY_REPLAY_ORDER=ready``: no fixed order), is replayed without
+graphs; ``LEGIONPY_DEBUG=1`` says why.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import GraphCaptureError, TaskError
+from .body import PointBody
+from .scheduler import Op
+
+__all__ = ["Graphs", "Plan", "Segment", "enabled"]
+
+
+def enabled() -> bool:
+    """``LEGIONPY_CUDA_GRAPHS`` (default 1)."""
+    return os.environ.get("LEGIONPY_CUDA_GRAPHS", "1").strip() != "0"
+
+
+class Segment:
+    """A run of one GPU's fixed order captured as one graph."""
+
+    __slots__ = ("queue", "k", "members", "graph", "gen", "args", "keep", "captures",
+                 "launches", "when", "bufs")
+
+    def __init__(self, queue: int, k: int, members: tuple[int, ...]) -> None:
+        self.queue, self.k, self.members = queue, k, members
+        self.graph: Any = None
+        self.gen = -1  # Instances.generation when captured
+        self.args: dict[int, Any] = {}  # offset -> plain arguments captured
+        self.keep: list = []  # CuPy: the capture's allocations
+        self.captures = self.launches = 0
+        self.when = -1  # the replay (Graphs.replays) that captured it
+        #: [(key, entry)]: the reduction buffers its graph uses, as captured
+        #: (a fence drops them, a grown one is replaced: then it is stale)
+        self.bufs: list[tuple[Any, Any]] = []
+
+    def __repr__(self) -> str:
+        return f"<Segment GPU {self.queue}: ops {list(self.members)}>"
+
+
+class Plan:
+    """The segments of one recording, and what was found live."""
+
+    def __init__(self, rec: Any) -> None:
+        self.rec = rec
+        self.live: set[int] = set()
+        self.segs: list[Segment] = []
+        self.seg_of: dict[int, Segment] = {}
+        self.group_of: dict[int, Any] = {}  # offset -> its group (see _group)
+        self.dirty = True
+        self.why_not: str | None = None
+
+
+class Graphs:
+    """Per-Runtime CUDA graph state (see the module docstring)."""
+
+    def __init__(self, rt: Any) -> None:
+        self.rt = rt
+        self.on = enabled() and any(d.kind == "gpu" for d in rt.local)
+        self.cap: Any = None  # the capture backend, made on first use
+        self.replays = 0  # replays started (a capture remembers which)
+        #: ``captured``: segments captured; ``launched``: graph launches;
+        #: ``replaced``: op bodies a launch replaced; ``live_runs``: segments
+        #: run live; ``stale``: graphs dropped (grown instance, replaced
+        #: reduction buffer, a group's Python ran elsewhere);
+        #: ``invalidated``: graphs dropped with their recording
+        self.stats = {"captured": 0, "launched": 0, "replaced": 0, "live_runs": 0,
+                      "stale": 0, "invalidated": 0, "capture_failed": 0}
+
+    # -- plans ------------------------------------------------------------------------
+    def start(self, rec: Any, cur: list[Op], begin: Op, ordered: str | None) -> Replay | None:
+        """A replay of ``rec`` begins: its graph state, or None (no graphs)."""
+        if not self.on:
+            return None
+        plan = getattr(rec, "gplan", None)
+        if plan is None:
+            plan = rec.gplan = Plan(rec)
+            plan.why_not = self._why_not(rec, ordered)
+            if plan.why_not is not None:
+                _debug(self.rt, f"trace {rec.name!r} replays without CUDA graphs: {plan.why_not}")
+        if plan.why_not is not None:
+            return None
+        if plan.dirty:
+            self._segment(plan)
+        self.replays += 1
+        return Replay(self, plan, cur, self.replays) if plan.segs else None
+
+    def _why_not(self, rec: Any, ordered: str | None) -> str | None:
+        rt = self.rt
+        if rt.repl is not None:
+            return "it runs under MPI (graphs cover the GPUs of one process)"
+        if ordered == "ready":
+            return "LEGIONPY_REPLAY_ORDER=ready leaves no fixed per-queue order to capture"
+        devs = rt.devices
+        for t in rec.ops:
+            q = t.queue
+            if t.remote:
+                return f"{t.kind} {t.name!r} runs on another rank"
+            if isinstance(q, int) and devs[q].kind != "gpu":
+                return f"{t.kind} {t.name!r} runs on {devs[q]}, not a GPU"
+            if isinstance(q, tuple) and any(m >= 0 and devs[m].kind != "gpu" for m in q):
+                return f"copy {t.name!r} runs on link {q}, not between GPUs"
+        return None
+
+    def close_group(self, plan: Plan, offs: set[int]) -> None:
+        """Mark ``offs`` live, with every op sharing Python state with one."""
+        ops = plan.rec.ops
+        keys = {_group(ops[o].fn) for o in offs} - {None}
+        plan.live.update(offs)
+        if keys:
+            plan.live.update(o for o, t in enumerate(ops) if _group(t.fn) in keys)
+        plan.dirty = True
+
+    @staticmethod
+    def _capturable(t: Any) -> bool:
+        return (isinstance(t.queue, int) and isinstance(t.fn, PointBody) and not t.futs
+                and t.kind != "copy")
+
+    def _segment(self, plan: Plan) -> None:
+        """(Re)cut the recording's per-GPU fixed orders into segments; a
+        segment whose members did not change keeps its graph."""
+        rec = plan.rec
+        ops = rec.ops
+        n = len(ops)
+        rid = {t.rid: off for off, t in enumerate(ops)}
+        plan.group_of = {off: g for off, t in enumerate(ops) if (g := _group(t.fn)) is not None}
+        staged: set[int] = set()  # readers of staged folds and the copies feeding them
+        for off, t in enumerate(ops):
+            if isinstance(t.fn, PointBody) and t.fn.prologues:
+                for _, _, acts in t.fn.prologues:
+                    for a in acts:
+                        if getattr(a, "staged", None) is not None:
+                            staged.add(off)
+                            c = rid.get(a.staged - rec.base)
+                            if c is not None:
+                                staged.add(c)
+        never = staged | {off for off, t in enumerate(ops) if not self._capturable(t)}
+        if not never <= plan.live:
+            self.close_group(plan, never)  # and the ops sharing Python state with them
+        succ: list[list[int]] = [[] for _ in range(n)]
+        nxt: dict[int, int] = {}
+        for off, t in enumerate(ops):
+            for d in t.waits:
+                succ[d].append(off)
+            if t.prev >= 0:
+                nxt[t.prev] = off
+        host = {d for item in rec.items if item.kind in ("read", "write") for d in item.deps}
+        old = {(s.queue, s.members): s for s in plan.segs}
+        plan.segs, plan.seg_of = [], {}
+        anc_cache: dict[int, set[int]] = {}
+
+        def ancestors(h: int) -> set[int]:
+            got = anc_cache.get(h)
+            if got is None:
+                got, stack = set(), [h]
+                while stack:
+                    for d in ops[stack.pop()].waits:
+                        if d not in got:
+                            got.add(d)
+                            stack.append(d)
+                anc_cache[h] = got
+            return got
+
+        def close(run: list[int]) -> None:
+            if run:
+                q = ops[run[0]].queue
+                key = (q, tuple(run))
+                seg = old.get(key) or Segment(q, self._ordinal(q), key[1])
+                plan.segs.append(seg)
+                for o in run:
+                    plan.seg_of[o] = seg
+
+        heads = [off for off, t in enumerate(ops) if t.prev < 0 and isinstance(t.queue, int)]
+        for h in heads:
+            run: list[int] = []
+            off: int | None = h
+            while off is not None:
+                t = ops[off]
+                if off in plan.live:
+                    close(run)
+                    run = []
+                else:
+                    if run:
+                        inside = set(run)
+                        outside = [d for d in t.waits if d not in inside]
+                        if off < run[-1] or not set(outside) <= ancestors(run[0]):
+                            close(run)
+                            run = []
+                    run.append(off)
+                    q = t.queue
+                    if off in host or any(ops[s].queue != q and ops[s].queue is not None
+                                          for s in succ[off]):
+                        close(run)
+                        run = []
+                off = nxt.get(off)
+            close(run)
+        dropped = [s for s in old.values() if s.graph is not None and s not in plan.segs]
+        self.stats["invalidated"] += len(dropped)
+        plan.dirty = False
+
+    def ran_python(self, plan: Plan, seg: Segment, offs: list[int], now: int) -> None:
+        """The bodies ``offs`` of ``seg`` ran Python (live or captured) in
+        replay ``now``: the graphs of other segments holding ops of their
+        groups, captured in an earlier replay, hold arrays that Python state
+        no longer refers to; they are captured again when they next run."""
+        keys = {plan.group_of.get(o) for o in offs} - {None}
+        if not keys:
+            return
+        for other in plan.segs:
+            if other is not seg and other.graph is not None and other.when != now and any(
+                    plan.group_of.get(o) in keys for o in other.members):
+                other.graph, other.keep = None, []
+                self.stats["stale"] += 1
+
+    def dropped(self, recordings: Any) -> None:
+        """Recordings are forgotten (a new strategy or mapper): their graphs go."""
+        for rec in recordings:
+            plan = getattr(rec, "gplan", None)
+            if plan is not None:
+                self.stats["invalidated"] += sum(s.graph is not None for s in plan.segs)
+
+    # -- backend ----------------------------------------------------------------------
+    def _ordinal(self, q: int) -> int:
+        return self.rt.instances.gpu_of[q]
+
+    def backend(self) -> Any:
+        if self.cap is None:
+            from .gpu import backend
+            self.cap = _EmuCapture() if backend().name == "emulated" else _CupyCapture()
+        return self.cap
+
+    def stream(self, seg: Segment) -> Any:
+        """Where a segment is captured and launched: its GPU's compute stream
+        (runtime/streams.py), the stream its runner runs on."""
+        return self.rt.sched.streams.compute_stream(seg.queue)
+
+
+class Replay:
+    """One replay's graph state: which segments were submitted how far."""
+
+    def __init__(self, gr: Graphs, plan: Plan, cur: list[Op], number: int) -> None:
+        self.gr, self.plan, self.cur, self.number = gr, plan, cur, number
+        self.runner: dict[int, Op] = {}  # id(segment) -> its runner op this replay
+        self.inside: dict[int, set] = {}  # id(segment) -> its member ops this replay
+        self.bodies: dict[int, Any] = {}  # offset -> the member's body (markers have none)
+        self.deps: dict[int, list] = {}  # id(segment) -> outside deps so far
+        self.done: dict[int, list[int]] = {}  # id(segment) -> members submitted so far
+        self.volatile: set[int] = set()
+        self.sched = _Flushing(self, gr.rt.sched)
+
+    def member(self, off: int, op: Op, deps: list) -> list[tuple[Op, list]]:
+        """Submit entries for member ``off``: a marker after the runner, plus
+        the runner when ``off`` is the segment's last member."""
+        seg = self.plan.seg_of[off]
+        sid = id(seg)
+        runner = self.runner.get(sid)
+        if runner is None:
+            rt = self.gr.rt
+            runner = self.runner[sid] = Op(rt._new_id(), "graph",
+                                           f"graph GPU {seg.queue} ({len(seg.members)} ops)",
+                                           seg.queue, None)
+            self.deps[sid], self.done[sid] = [], []
+            self.inside[sid] = {self.cur[m] for m in seg.members}
+        inside = self.inside[sid]
+        self.deps[sid].extend(d for d in deps if d not in inside)
+        self.done[sid].append(off)
+        if not self._same_args(seg, off, op):
+            self.volatile.add(off)
+        self.bodies[off] = op.fn
+        op.queue, op.fn = None, _result  # a marker: done when the runner is
+        out = [(op, [runner])]
+        if off == seg.members[-1]:
+            out.insert(0, self._runner(seg))
+        return out
+
+    def _same_args(self, seg: Segment, off: int, op: Op) -> bool:
+        fn = op.fn
+        if not isinstance(fn, PointBody):
+            return True
+        now = _plain(fn)
+        was = seg.args.get(off)
+        if was is None:  # not captured yet: compare with the recording's arguments
+            was = _plain(self.plan.rec.ops[off].fn)
+        return _same(now, was)
+
+    def _runner(self, seg: Segment) -> tuple[Op, list]:
+        sid = id(seg)
+        runner = self.runner[sid]
+        offs = self.done[sid]
+        ops = [(self.cur[o], self.bodies.pop(o)) for o in offs]
+        gr, plan = self.gr, self.plan
+        full = len(offs) == len(seg.members)
+        vol = [o for o in offs if o in self.volatile]
+        if vol:
+            gr.close_group(plan, set(vol))
+            _debug(gr.rt, f"trace {plan.rec.name!r}: {self.cur[vol[0]].describe()} runs live "
+                          "from now on (new plain arguments at each replay, or a wait on it "
+                          "inside the block)")
+        inst = gr.rt.instances
+
+        def run(_: Op) -> None:
+            live = [o for o in offs if o in plan.live]
+            if not full or vol or live:
+                gr.close_group(plan, set(live) | set(vol) | (set() if full else set(offs)))
+                return self._live(seg, offs, ops)
+            if seg.graph is not None and (seg.gen != inst.generation or any(
+                    inst.redbufs.get(k) is not e for k, e in seg.bufs)):
+                seg.graph, seg.keep = None, []
+                gr.stats["stale"] += 1
+            if seg.graph is not None:
+                return self._launch(seg, ops)
+            return self._capture(seg, offs, ops)
+        runner.fn = run
+        return runner, self.deps.pop(sid)
+
+    # -- what a runner does (on the GPU's worker) -------------------------------------------
+    def _live(self, seg: Segment, offs: list[int], ops: list) -> None:
+        self.gr.stats["live_runs"] += 1
+        seg.graph, seg.keep = None, []
+        self.gr.ran_python(self.plan, seg, offs, self.number)
+        for op, body in ops:
+            _run(op, body)
+
+    def _launch(self, seg: Segment, ops: list, replay: bool = True) -> None:
+        gr = self.gr
+        t0 = time.perf_counter()
+        gr.backend().launch(seg.graph, gr.stream(seg), seg.k)
+        t1 = time.perf_counter()
+        for op, _ in ops:
+            op.start, op.end = t0, t1
+        if replay:  # not the launch that completes a capture
+            seg.launches += 1
+            gr.stats["launched"] += 1
+            gr.stats["replaced"] += len(ops)
+
+    def _capture(self, seg: Segment, offs: list[int], ops: list) -> None:
+        gr, plan = self.gr, self.plan
+        at = [0]
+
+        def bodies() -> None:
+            for i, (op, body) in enumerate(ops):
+                at[0] = i
+                _run(op, body)
+        be = gr.backend()
+        try:
+            graph, keep = be.capture(seg.k, gr.stream(seg), bodies)
+        except GraphCaptureError as exc:
+            bad = {offs[at[0]]: exc}
+            for i in range(at[0] + 1, len(ops)):  # find the others now, not one per replay
+                try:
+                    be.capture(seg.k, gr.stream(seg), lambda i=i: _run(*ops[i]))
+                except GraphCaptureError as exc2:
+                    bad[offs[i]] = exc2
+            gr.stats["capture_failed"] += len(bad)
+            gr.close_group(plan, set(bad))
+            for o, e in bad.items():
+                _debug(gr.rt, f"trace {plan.rec.name!r}: {self.cur[o].describe()} cannot be "
+                              f"captured ({e}); it runs live from now on")
+            for op, _ in ops:
+                op.result = None
+            return self._live(seg, offs, ops)
+        returned = {o for o, (op, _) in zip(offs, ops) if op.result is not None}
+        if returned:
+            gr.close_group(plan, returned)  # results: live from the next replay on
+        seg.graph, seg.keep, seg.gen = graph, keep, gr.rt.instances.generation
+        seg.args = {o: _plain(body) for o, (_, body) in zip(offs, ops)}
+        red = gr.rt.instances.redbufs
+        seg.bufs = [(k, red.get(k)) for _, body in ops for k in _buffer_keys(body)]
+        seg.captures += 1
+        seg.when = self.number
+        gr.ran_python(plan, seg, offs, self.number)
+        gr.stats["captured"] += 1
+        self._launch(seg, ops, replay=False)
+
+    # -- early completion ---------------------------------------------------------------------
+    def flush(self, offs: Any = None) -> None:
+        """Submit now, live, the runners of segments whose members so far
+        include one of ``offs`` (None: every partly submitted segment): a
+        wait on a member before the segment's last member was launched."""
+        pending = [sid for sid in list(self.deps) if offs is None
+                   or any(o in self.done[sid] for o in offs)]
+        if not pending:
+            return
+        batch = []
+        for sid in pending:
+            seg = self.plan.seg_of[self.done[sid][0]]
+            self.volatile.update(self.done[sid])  # runs live; next replay re-cuts
+            batch.append(self._runner(seg))
+            for m in seg.members:  # later members are submitted as plain ops
+                if m not in self.done[sid]:
+                    self.plan.seg_of.pop(m, None)
+        self.gr.rt.sched.submit_many(batch)
+        self.gr.rt.sched.executor.drain()
+
+
+class _Flushing:
+    """The scheduler, as Futures of graph members see it: a wait first
+    flushes the member's segment (so a wait inside the block cannot hang)."""
+
+    def __init__(self, rep: Replay, sched: Any) -> None:
+        self.rep, self.sched = rep, sched
+
+    def wait(self, op: Op, timeout: float | None = None) -> None:
+        if op.state < 2:
+            off = self.rep.cur.index(op) if op in self.rep.cur else None
+            if off is not None:
+                self.rep.flush([off])
+        self.sched.wait(op, timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sched, name)
+
+
+def _result(op: Op) -> Any:
+    """A member marker's body: the result its runner gave it."""
+    return op.result
+
+
+def _run(op: Op, body: Any) -> None:
+    """A member's body, as the scheduler would run it (times, result, errors)."""
+    op.start = time.perf_counter()
+    try:
+        op.result = body(op)
+    except GraphCaptureError:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - re-raised naming the member
+        raise TaskError(f"{op.describe()} raised {type(exc).__name__}: {exc}") from exc
+    finally:
+        op.end = time.perf_counter()
+
+
+def _buffer_keys(body: PointBody) -> list:
+    """The reduction buffers a body accumulates into or folds from."""
+    keys = [buf[0] for _, _, specs in body.views or () for _, _, _, buf in specs
+            if buf is not None]
+    for _, _, acts in body.prologues or ():
+        keys += [a.buffer for a in acts if getattr(a, "buffer", None) is not None
+                 and getattr(a, "staged", None) is None]
+    return keys
+
+
+def _group(fn: Any) -> Any:
+    """Bodies sharing Python state: methods of one object, at one point."""
+    if not isinstance(fn, PointBody):
+        return None
+    owner = getattr(fn.fn, "__self__", None)
+    return None if owner is None else (id(owner), fn.point)
+
+
+def _plain(fn: PointBody) -> tuple:
+    """The plain (non-region) arguments of a body."""
+    rpos = {p for p, _, _ in fn.rargs or ()}
+    return (tuple(a for i, a in enumerate(fn.args) if i not in rpos),
+            tuple(sorted(fn.kwargs.items())))
+
+
+_SCALARS = (int, float, bool, str, bytes, type(None), np.generic, np.dtype)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal plain arguments: the same object, or equal scalars, or
+    containers of those (arrays only by identity: their contents may change)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, _SCALARS):
+        return bool(a == b)
+    if type(a) in (tuple, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if type(a) is dict:
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return False
+
+
+def _debug(rt: Any, msg: str) -> None:
+    if rt.debug >= 1:
+        import sys
+        print(f"[legionpy] {msg}", file=sys.stderr, flush=True)
+
+
+# -- capture backends ------------------------------------------------------------------------
+class _EmuCapture:
+    """runtime/emugraph.py: the emulated GPUs' streams, capture and graphs."""
+
+    def __init__(self) -> None:
+        from . import emugpu, emugraph
+        self.emu, self.g = emugpu, emugraph
+
+    def capture(self, k: int, stream: Any, run: Any) -> tuple[Any, list]:
+        g = self.g
+        with self.emu.Device(k):
+            g.begin_capture(stream, k)
+            try:
+                run()
+            except BaseException:
+                g.abort()
+                raise
+            return g.end_capture(stream), []
+
+    def launch(self, graph: Any, stream: Any, k: int) -> None:
+        graph.launch(stream)
+
+
+class _CupyCapture:
+    """CuPy: ``Stream.begin_capture`` / ``end_capture``, ``Graph.launch``.
+    Allocations during a capture come from a private pool and are kept for
+    the graph's life (``cupy.cuda.using_allocator``): the graph writes them."""
+
+    def __init__(self) -> None:
+        import cupy
+        self.cp = cupy
+
+    def capture(self, k: int, stream: Any, run: Any) -> tuple[Any, list]:
+        cp = self.cp
+        pool = cp.cuda.MemoryPool()
+        keep: list = []
+
+        def malloc(nbytes: int) -> Any:
+            p = pool.malloc(nbytes)
+            keep.append(p)
+            return p
+        with cp.cuda.Device(k), stream, cp.cuda.using_allocator(malloc):
+            stream.begin_capture()
+            try:
+                run()
+            except cp.cuda.runtime.CUDARuntimeError as exc:
+                _end_quietly(stream)
+                raise GraphCaptureError(f"CUDA refused work during capture: {exc}") from exc
+            except BaseException:
+                _end_quietly(stream)
+                raise
+            try:
+                graph = stream.end_capture()
+            except cp.cuda.runtime.CUDARuntimeError as exc:
+                raise GraphCaptureError(f"the capture was invalidated: {exc}") from exc
+        return graph, keep + [pool]
+
+    def launch(self, graph: Any, stream: Any, k: int) -> None:
+        with self.cp.cuda.Device(k):
+            graph.launch(stream=stream)
+
+
+def _end_quietly(stream: Any) -> None:
+    try:
+        stream.end_capture()
+    except Exception:  # noqa: BLE001 - the capture is being abandoned anyway
+        pass
