@@ -322,15 +322,12 @@ class BufferPool:
     """Free buffers per (memory, shape, dtype), reused across steps.
 
     :meth:`give` returns a buffer after its last use, with (on a GPU) an event
-    recorded on the current stream (the last user's, which may be on another
-    GPU: a copy's link stream) and the events :meth:`used` recorded for its
-    earlier users on other streams (a reduction buffer read by copies and by
-    folds); :meth:`take` hands it to the next user, whose current stream waits
-    on those events first, or makes a new one (``make()``) when none is free."""
+    recorded on the stream that used it; :meth:`take` hands it to the next
+    user, whose current stream waits on that event first, or makes a new one
+    (``make()``) when none is free."""
 
     def __init__(self) -> None:
         self.free: dict[tuple, list] = {}
-        self.uses: dict[int, list] = {}  # id(buffer) -> events of its users so far
         self.hits = self.misses = 0
         self._lock = threading.Lock()
 
@@ -345,36 +342,18 @@ class BufferPool:
                 self.hits += 1
         if got is None:
             return make()
-        buf, evs = got
-        if evs:
+        buf, ev = got
+        if ev is not None:
             b = gpu.backend()
             with b.Device(buf.device.id):
-                s = b.current_stream()
-                for ev in evs:
-                    s.wait_event(ev)
+                b.current_stream().wait_event(ev)
         return buf
 
-    @staticmethod
-    def _event() -> Any:
-        b = gpu.backend()
-        ev = b.Event()
-        ev.record(b.current_stream())
-        return ev
-
-    def used(self, buf: Any) -> None:
-        """A user of ``buf`` (before its last) enqueued its work on the
-        current stream: the buffer's next owner waits for it too."""
-        if gpu.is_gpu(buf):
-            ev = self._event()
-            with self._lock:
-                self.uses.setdefault(id(buf), []).append(ev)
-
     def give(self, memory: int, buf: Any) -> None:
-        evs = None
-        if gpu.is_gpu(buf):
-            ev = self._event()
-            with self._lock:
-                evs = self.uses.pop(id(buf), [])
-            evs.append(ev)
+        ev = None
+        if gpu.is_gpu(buf):  # on the stream of the op that used it last (current), which
+            b = gpu.backend()  # may be on another GPU: a copy's link stream
+            ev = b.Event()
+            ev.record(b.current_stream())
         with self._lock:
-            self.free.setdefault((memory, tuple(buf.shape), buf.dtype), []).append((buf, evs))
+            self.free.setdefault((memory, tuple(buf.shape), buf.dtype), []).append((buf, ev))
