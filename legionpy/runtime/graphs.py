@@ -35,8 +35,9 @@ dependence of the members and then
   capturable, or the graph is stale).
 
 Capturable: a point task (PointBody) on a GPU of this process, without
-Future arguments, whose prologue folds no staged copy (a staging array is
-made anew by each copy), and not found live. An op is found *live* when
+Future arguments, whose prologue folds no staged copy (a staging array
+comes from a pool at each copy), and not found live. An op is found *live*
+when
 
 - capturing it raised GraphCaptureError (a host transfer or
   synchronisation: ``.item()``, ``float()``, ``cupy.asarray`` of host data,
@@ -103,7 +104,7 @@ class Segment:
     """A run of one GPU's fixed order captured as one graph."""
 
     __slots__ = ("queue", "k", "members", "graph", "gen", "args", "keep", "captures",
-                 "launches", "when", "bufs")
+                 "launches", "when", "bufs", "probed", "consumes")
 
     def __init__(self, queue: int, k: int, members: tuple[int, ...]) -> None:
         self.queue, self.k, self.members = queue, k, members
@@ -113,9 +114,13 @@ class Segment:
         self.keep: list = []  # CuPy: the capture's allocations
         self.captures = self.launches = 0
         self.when = -1  # the replay (Graphs.replays) that captured it
-        #: [(key, entry)]: the reduction buffers its graph uses, as captured
-        #: (a fence drops them, a grown one is replaced: then it is stale)
-        self.bufs: list[tuple[Any, Any]] = []
+        #: [(key, array, rect, memory, made by the capture?)]: the reduction
+        #: buffers its graph uses (see Replay._buffers)
+        self.bufs: list[tuple] = []
+        self.probed = False  # its members ran once under a probe for host syncs
+        #: reduction buffers its members' prologues fold (their graph reads
+        #: them): a launch reports each consumed, as the folds' Python would
+        self.consumes: list = []
 
     def __repr__(self) -> str:
         return f"<Segment GPU {self.queue}: ops {list(self.members)}>"
@@ -386,12 +391,14 @@ class Replay:
             if not full or vol or live:
                 gr.close_group(plan, set(live) | set(vol) | (set() if full else set(offs)))
                 return self._live(seg, offs, ops)
-            if seg.graph is not None and (seg.gen != inst.generation or any(
-                    inst.redbufs.get(k) is not e for k, e in seg.bufs)):
+            if seg.graph is not None and (seg.gen != inst.generation
+                                          or not self._buffers(seg)):
                 seg.graph, seg.keep = None, []
                 gr.stats["stale"] += 1
             if seg.graph is not None:
                 return self._launch(seg, ops)
+            if not seg.probed and gr.backend().can_probe:
+                return self._probe(seg, offs, ops)
             return self._capture(seg, offs, ops)
         runner.fn = run
         return runner, self.deps.pop(sid)
@@ -412,48 +419,123 @@ class Replay:
         for op, _ in ops:
             op.start, op.end = t0, t1
         if replay:  # not the launch that completes a capture
+            consumed = gr.rt.instances.consumed
+            for key in seg.consumes:
+                consumed(key)
             seg.launches += 1
             gr.stats["launched"] += 1
             gr.stats["replaced"] += len(ops)
 
+    def _probe(self, seg: Segment, offs: list[int], ops: list) -> None:
+        """First run of a segment: its bodies run live, each under a probe
+        that notes the host synchronisations a capture would refuse; those
+        ops (and their groups) are live from now on, the rest is captured at
+        the next replay. (A capture that fails must run its bodies again,
+        Python side effects included; the probe runs each body once.)"""
+        gr, plan = self.gr, self.plan
+        be = gr.backend()
+        bad = {}
+        for o, (op, body) in zip(offs, ops):
+            why = be.probe(seg.k, lambda op=op, body=body: _run(op, body))
+            if why:
+                bad[o] = why
+        seg.probed = True
+        gr.ran_python(plan, seg, offs, self.number)
+        if bad:
+            gr.stats["capture_failed"] += len(bad)
+            gr.close_group(plan, set(bad))
+            for o, why in bad.items():
+                _debug(gr.rt, f"trace {plan.rec.name!r}: {self.cur[o].describe()} cannot be "
+                              f"captured ({why}: a host synchronisation); it runs live from "
+                              "now on")
+
     def _capture(self, seg: Segment, offs: list[int], ops: list) -> None:
         gr, plan = self.gr, self.plan
         at = [0]
+        inst = gr.rt.instances
+        red = inst.redbufs
+        keys = {k: red.get(k) for _, body in ops for k in _buffer_keys(body)}
+        seen: dict = {}  # key -> {id(array): (array, memory)} used during the capture
 
         def bodies() -> None:
             for i, (op, body) in enumerate(ops):
                 at[0] = i
                 _run(op, body)
+                for k in keys:
+                    e = red.get(k)
+                    if e is not None:
+                        seen.setdefault(k, {})[id(e[0])] = (e[0], inst.redmem.get(k, -1))
         be = gr.backend()
         try:
             graph, keep = be.capture(seg.k, gr.stream(seg), bodies)
         except GraphCaptureError as exc:
-            bad = {offs[at[0]]: exc}
-            for i in range(at[0] + 1, len(ops)):  # find the others now, not one per replay
-                try:
-                    be.capture(seg.k, gr.stream(seg), lambda i=i: _run(*ops[i]))
-                except GraphCaptureError as exc2:
-                    bad[offs[i]] = exc2
-            gr.stats["capture_failed"] += len(bad)
-            gr.close_group(plan, set(bad))
-            for o, e in bad.items():
-                _debug(gr.rt, f"trace {plan.rec.name!r}: {self.cur[o].describe()} cannot be "
-                              f"captured ({e}); it runs live from now on")
+            gr.stats["capture_failed"] += 1
+            gr.close_group(plan, {offs[at[0]]})
+            _debug(gr.rt, f"trace {plan.rec.name!r}: {ops[at[0]][0].describe()} cannot be "
+                          f"captured ({exc}); it runs live from now on")
             for op, _ in ops:
                 op.result = None
             return self._live(seg, offs, ops)
         returned = {o for o, (op, _) in zip(offs, ops) if op.result is not None}
         if returned:
             gr.close_group(plan, returned)  # results: live from the next replay on
-        seg.graph, seg.keep, seg.gen = graph, keep, gr.rt.instances.generation
+        seg.graph, seg.keep, seg.gen = graph, keep, inst.generation
         seg.args = {o: _plain(body) for o, (_, body) in zip(offs, ops)}
-        red = gr.rt.instances.redbufs
-        seg.bufs = [(k, red.get(k)) for _, body in ops for k in _buffer_keys(body)]
+        seg.consumes = [a.buffer for _, body in ops for _, _, acts in body.prologues or ()
+                        for a in acts if getattr(a, "buffer", None) is not None
+                        and getattr(a, "staged", None) is None]
+        seg.bufs = []
+        for k, pre in keys.items():
+            arrays = dict(seen.get(k, {}))
+            if pre is not None:
+                arrays.setdefault(id(pre[0]), (pre[0], inst.redmem.get(k, -1)))
+            post = red.get(k)
+            if len(arrays) > 1:  # grown during the capture: Python state moved on
+                gr.close_group(plan, set(offs))  # launched this once, live afterwards
+            elif pre is not None:
+                seg.bufs.append((k, pre[0], pre[1], inst.redmem.get(k, -1), False))
+            elif post is not None:
+                seg.bufs.append((k, post[0], post[1], inst.redmem.get(k, -1), True))
+            elif arrays:  # made and consumed inside the graph: its own, out of the pool
+                buf, memory = next(iter(arrays.values()))
+                if _take_out(inst, buf, memory) is not None:
+                    seg.keep.append(buf)
         seg.captures += 1
         seg.when = self.number
         gr.ran_python(plan, seg, offs, self.number)
         gr.stats["captured"] += 1
         self._launch(seg, ops, replay=False)
+
+    def _buffers(self, seg: Segment) -> bool:
+        """Before a launch: are the reduction buffers the graph writes this
+        step's? A buffer made by the capture comes from the pool at every
+        step (docs/memory.md): it is taken back from the pool now, before its
+        reducer would take one, so the graph's array is this step's buffer; a
+        buffer that existed before the capture must still be the same array.
+        False: the graph is stale (captured again)."""
+        inst = self.gr.rt.instances
+        red = inst.redbufs
+        todo = []
+        for key, buf, rect, memory, made in seg.bufs:
+            got = red.get(key)
+            if got is not None:
+                if got[0] is not buf or got[1] != rect:
+                    return False
+            elif not made:
+                return False
+            else:
+                todo.append((key, buf, rect, memory))
+        done = []
+        for key, buf, rect, memory in todo:
+            if not _reclaim(inst, key, buf, rect, memory):
+                for key, buf, memory in done:  # undo: the bodies will run (captured again)
+                    inst.redbufs.pop(key, None)
+                    inst.redmem.pop(key, None)
+                    inst._account(memory, -buf.nbytes, "reduction")
+                    inst.pool.give(memory, buf)
+                return False
+            done.append((key, buf, memory))
+        return True
 
     # -- early completion ---------------------------------------------------------------------
     def flush(self, offs: Any = None) -> None:
@@ -510,6 +592,41 @@ def _run(op: Op, body: Any) -> None:
         raise TaskError(f"{op.describe()} raised {type(exc).__name__}: {exc}") from exc
     finally:
         op.end = time.perf_counter()
+
+
+def _take_out(inst: Any, buf: Any, memory: int) -> Any:
+    """Take array ``buf`` out of the buffer pool of ``inst`` (runtime/
+    instances.py, streams.BufferPool) if it is free there; the current
+    stream waits on the event of its last user, as ``BufferPool.take``
+    does. Returns the pool entry, or None when it is not free."""
+    pool = inst.pool
+    with pool._lock:
+        free = pool.free.get((memory, tuple(buf.shape), buf.dtype))
+        i = next((i for i, (b, _) in enumerate(free or ()) if b is buf), None)
+        if i is None:
+            return None
+        got = free.pop(i)
+        pool.hits += 1
+    ev = got[1]
+    if ev is not None:
+        from .gpu import backend
+        b = backend()
+        with b.Device(buf.device.id):
+            b.current_stream().wait_event(ev)
+    return got
+
+
+def _reclaim(inst: Any, key: Any, buf: Any, rect: Any, memory: int) -> bool:
+    """Install ``buf`` as reduction buffer ``key`` over ``rect`` when it is
+    free in the pool: what ``Instances.reduction_view`` does with a pooled
+    buffer, with the graph's array instead of the last one freed. The graph
+    refills it with the identity (the capture made it)."""
+    if _take_out(inst, buf, memory) is None:
+        return False
+    inst.redbufs[key] = (buf, rect)
+    inst.redmem[key] = memory
+    inst._account(memory, buf.nbytes, "reduction")
+    return True
 
 
 def _buffer_keys(body: PointBody) -> list:
@@ -581,6 +698,13 @@ class _EmuCapture:
                 raise
             return g.end_capture(stream), []
 
+    can_probe = True
+
+    def probe(self, k: int, run: Any) -> str | None:
+        """Run ``run()`` live; the first host sync a capture would refuse."""
+        with self.emu.Device(k):
+            return self.g.probe(run)
+
     def launch(self, graph: Any, stream: Any, k: int) -> None:
         graph.launch(stream)
 
@@ -589,6 +713,8 @@ class _CupyCapture:
     """CuPy: ``Stream.begin_capture`` / ``end_capture``, ``Graph.launch``.
     Allocations during a capture come from a private pool and are kept for
     the graph's life (``cupy.cuda.using_allocator``): the graph writes them."""
+
+    can_probe = False  # CUDA has no way to ask; a failed capture runs its bodies again
 
     def __init__(self) -> None:
         import cupy
