@@ -28,8 +28,10 @@ with the segment's last member; the runner waits for every outside
 dependence of the members and then
 
 - ``launch``: launches the segment's graph (the steady state);
+- ``probe`` (emulated backend, a segment's first run): runs the bodies live
+  under a probe that notes host synchronisations (those ops become live);
 - ``capture``: captures the members' bodies on the device's compute stream,
-  ends the capture and launches the graph once (first replay, or after an
+  ends the capture and launches the graph once (the next replay, or after an
   invalidation);
 - ``live``: runs the members' bodies in order (an op turned out not to be
   capturable, or the graph is stale).
@@ -63,16 +65,20 @@ The segments are rebuilt at the next replay.
 Copies run live (emulated copies stage through the host; a capturable peer
 copy on link streams is future work).
 
-Memory: a graph writes the addresses it captured. Instances and reduction
-buffers are fixed across replays (tracing resets buffers in place); the
-temporaries a capture allocates are kept for the graph's life (emulated:
-the graph holds its arrays; CuPy: a capture-time allocator,
-``cupy.cuda.using_allocator``, whose allocations the segment keeps). A
-grown instance (``Instances.generation`` changed) makes every graph of the
-trace stale, and so does a reduction buffer it uses that was replaced
-(dropped at a fence, or grown): the segment is captured again (its bodies
-make the buffers anew); a re-recorded trace (``set_strategy``, a new
-mapper) drops its graphs with it.
+Memory: a graph writes the addresses it captured. Instances are fixed
+across replays; the temporaries a capture allocates are kept for the
+graph's life (emulated: the graph holds its arrays; CuPy: a capture-time
+allocator, ``cupy.cuda.using_allocator``, whose allocations the segment
+keeps). Reduction buffers come from a pool at every step and go back after
+their last consumer (docs/memory.md): a launch first takes the buffers its
+graph made back out of the pool (all or none), checks that the buffers made
+before it are the captured arrays, and reports the folds it ran as
+consumed; a buffer made and consumed inside one graph is the graph's own.
+A grown instance (``Instances.generation``), a buffer that is not the
+captured array, or a group's Python running elsewhere makes a graph stale:
+it is captured again, and past ``STALE_LIMIT`` times its segment runs live
+for good. A re-recorded trace (``set_strategy``, a new mapper) drops its
+graphs with it.
 
 ``LEGIONPY_CUDA_GRAPHS=0`` turns graphs off. A trace with an op on a CPU
 device or another rank, or replayed in readiness order
@@ -90,9 +96,16 @@ import numpy as np
 
 from ..errors import GraphCaptureError, TaskError
 from .body import PointBody
+from .graphcap import CupyCapture, EmuCapture, buffer_keys, reclaim, take_out
 from .scheduler import Op
 
 __all__ = ["Graphs", "Plan", "Segment", "enabled"]
+
+
+#: a segment whose graph went stale more often than this runs live from then
+#: on (its buffers come from the pool in another order at every step, or
+#: its group's other segments keep being captured again)
+STALE_LIMIT = 2
 
 
 def enabled() -> bool:
@@ -104,7 +117,7 @@ class Segment:
     """A run of one GPU's fixed order captured as one graph."""
 
     __slots__ = ("queue", "k", "members", "graph", "gen", "args", "keep", "captures",
-                 "launches", "when", "bufs", "probed", "consumes")
+                 "launches", "when", "bufs", "probed", "consumes", "stale")
 
     def __init__(self, queue: int, k: int, members: tuple[int, ...]) -> None:
         self.queue, self.k, self.members = queue, k, members
@@ -118,6 +131,7 @@ class Segment:
         #: buffers its graph uses (see Replay._buffers)
         self.bufs: list[tuple] = []
         self.probed = False  # its members ran once under a probe for host syncs
+        self.stale = 0  # times its graph was found stale (past STALE_LIMIT: live)
         #: reduction buffers its members' prologues fold (their graph reads
         #: them): a launch reports each consumed, as the folds' Python would
         self.consumes: list = []
@@ -298,6 +312,7 @@ class Graphs:
             if other is not seg and other.graph is not None and other.when != now and any(
                     plan.group_of.get(o) in keys for o in other.members):
                 other.graph, other.keep = None, []
+                other.stale += 1
                 self.stats["stale"] += 1
 
     def dropped(self, recordings: Any) -> None:
@@ -314,7 +329,7 @@ class Graphs:
     def backend(self) -> Any:
         if self.cap is None:
             from .gpu import backend
-            self.cap = _EmuCapture() if backend().name == "emulated" else _CupyCapture()
+            self.cap = EmuCapture() if backend().name == "emulated" else CupyCapture()
         return self.cap
 
     def stream(self, seg: Segment) -> Any:
@@ -394,7 +409,11 @@ class Replay:
             if seg.graph is not None and (seg.gen != inst.generation
                                           or not self._buffers(seg)):
                 seg.graph, seg.keep = None, []
+                seg.stale += 1
                 gr.stats["stale"] += 1
+            if seg.graph is None and seg.stale > STALE_LIMIT:  # it would capture every step
+                gr.close_group(plan, set(offs))
+                return self._live(seg, offs, ops)
             if seg.graph is not None:
                 return self._launch(seg, ops)
             if not seg.probed and gr.backend().can_probe:
@@ -454,7 +473,7 @@ class Replay:
         at = [0]
         inst = gr.rt.instances
         red = inst.redbufs
-        keys = {k: red.get(k) for _, body in ops for k in _buffer_keys(body)}
+        keys = {k: red.get(k) for _, body in ops for k in buffer_keys(body)}
         seen: dict = {}  # key -> {id(array): (array, memory)} used during the capture
 
         def bodies() -> None:
@@ -498,7 +517,7 @@ class Replay:
                 seg.bufs.append((k, post[0], post[1], inst.redmem.get(k, -1), True))
             elif arrays:  # made and consumed inside the graph: its own, out of the pool
                 buf, memory = next(iter(arrays.values()))
-                if _take_out(inst, buf, memory) is not None:
+                if take_out(inst, buf, memory) is not None:
                     seg.keep.append(buf)
         seg.captures += 1
         seg.when = self.number
@@ -527,7 +546,7 @@ class Replay:
                 todo.append((key, buf, rect, memory))
         done = []
         for key, buf, rect, memory in todo:
-            if not _reclaim(inst, key, buf, rect, memory):
+            if not reclaim(inst, key, buf, rect, memory):
                 for key, buf, memory in done:  # undo: the bodies will run (captured again)
                     inst.redbufs.pop(key, None)
                     inst.redmem.pop(key, None)
@@ -594,51 +613,6 @@ def _run(op: Op, body: Any) -> None:
         op.end = time.perf_counter()
 
 
-def _take_out(inst: Any, buf: Any, memory: int) -> Any:
-    """Take array ``buf`` out of the buffer pool of ``inst`` (runtime/
-    instances.py, streams.BufferPool) if it is free there; the current
-    stream waits on the event of its last user, as ``BufferPool.take``
-    does. Returns the pool entry, or None when it is not free."""
-    pool = inst.pool
-    with pool._lock:
-        free = pool.free.get((memory, tuple(buf.shape), buf.dtype))
-        i = next((i for i, (b, _) in enumerate(free or ()) if b is buf), None)
-        if i is None:
-            return None
-        got = free.pop(i)
-        pool.hits += 1
-    ev = got[1]
-    if ev is not None:
-        from .gpu import backend
-        b = backend()
-        with b.Device(buf.device.id):
-            b.current_stream().wait_event(ev)
-    return got
-
-
-def _reclaim(inst: Any, key: Any, buf: Any, rect: Any, memory: int) -> bool:
-    """Install ``buf`` as reduction buffer ``key`` over ``rect`` when it is
-    free in the pool: what ``Instances.reduction_view`` does with a pooled
-    buffer, with the graph's array instead of the last one freed. The graph
-    refills it with the identity (the capture made it)."""
-    if _take_out(inst, buf, memory) is None:
-        return False
-    inst.redbufs[key] = (buf, rect)
-    inst.redmem[key] = memory
-    inst._account(memory, buf.nbytes, "reduction")
-    return True
-
-
-def _buffer_keys(body: PointBody) -> list:
-    """The reduction buffers a body accumulates into or folds from."""
-    keys = [buf[0] for _, _, specs in body.views or () for _, _, _, buf in specs
-            if buf is not None]
-    for _, _, acts in body.prologues or ():
-        keys += [a.buffer for a in acts if getattr(a, "buffer", None) is not None
-                 and getattr(a, "staged", None) is None]
-    return keys
-
-
 def _group(fn: Any) -> Any:
     """Bodies sharing Python state: methods of one object, at one point."""
     if not isinstance(fn, PointBody):
@@ -677,81 +651,3 @@ def _debug(rt: Any, msg: str) -> None:
     if rt.debug >= 1:
         import sys
         print(f"[legionpy] {msg}", file=sys.stderr, flush=True)
-
-
-# -- capture backends ------------------------------------------------------------------------
-class _EmuCapture:
-    """runtime/emugraph.py: the emulated GPUs' streams, capture and graphs."""
-
-    def __init__(self) -> None:
-        from . import emugpu, emugraph
-        self.emu, self.g = emugpu, emugraph
-
-    def capture(self, k: int, stream: Any, run: Any) -> tuple[Any, list]:
-        g = self.g
-        with self.emu.Device(k):
-            g.begin_capture(stream, k)
-            try:
-                run()
-            except BaseException:
-                g.abort()
-                raise
-            return g.end_capture(stream), []
-
-    can_probe = True
-
-    def probe(self, k: int, run: Any) -> str | None:
-        """Run ``run()`` live; the first host sync a capture would refuse."""
-        with self.emu.Device(k):
-            return self.g.probe(run)
-
-    def launch(self, graph: Any, stream: Any, k: int) -> None:
-        graph.launch(stream)
-
-
-class _CupyCapture:
-    """CuPy: ``Stream.begin_capture`` / ``end_capture``, ``Graph.launch``.
-    Allocations during a capture come from a private pool and are kept for
-    the graph's life (``cupy.cuda.using_allocator``): the graph writes them."""
-
-    can_probe = False  # CUDA has no way to ask; a failed capture runs its bodies again
-
-    def __init__(self) -> None:
-        import cupy
-        self.cp = cupy
-
-    def capture(self, k: int, stream: Any, run: Any) -> tuple[Any, list]:
-        cp = self.cp
-        pool = cp.cuda.MemoryPool()
-        keep: list = []
-
-        def malloc(nbytes: int) -> Any:
-            p = pool.malloc(nbytes)
-            keep.append(p)
-            return p
-        with cp.cuda.Device(k), stream, cp.cuda.using_allocator(malloc):
-            stream.begin_capture()
-            try:
-                run()
-            except cp.cuda.runtime.CUDARuntimeError as exc:
-                _end_quietly(stream)
-                raise GraphCaptureError(f"CUDA refused work during capture: {exc}") from exc
-            except BaseException:
-                _end_quietly(stream)
-                raise
-            try:
-                graph = stream.end_capture()
-            except cp.cuda.runtime.CUDARuntimeError as exc:
-                raise GraphCaptureError(f"the capture was invalidated: {exc}") from exc
-        return graph, keep + [pool]
-
-    def launch(self, graph: Any, stream: Any, k: int) -> None:
-        with self.cp.cuda.Device(k):
-            graph.launch(stream=stream)
-
-
-def _end_quietly(stream: Any) -> None:
-    try:
-        stream.end_capture()
-    except Exception:  # noqa: BLE001 - the capture is being abandoned anyway
-        pass
