@@ -158,6 +158,7 @@ class Instances:
         self.pending: dict[Any, int] = {}
         self.dead: set = set()
         self.abandoned: set = set()
+        self.read_events: dict[Any, list] = {}  # GPU buffers: events of earlier consumers
         #: while a trace records: ``({buffer: consumers planned}, {dead buffers})``
         self.log: tuple[dict, set] | None = None
         #: under MPI every instance covers its whole root for now: tile-sized
@@ -370,14 +371,32 @@ class Instances:
             self.dead.difference_update(keys)
 
     def consumed(self, key: Any) -> None:
-        """A copy or fold has read buffer ``key`` (run by that op's worker)."""
+        """A copy or fold has read buffer ``key`` (run by that op's worker, on
+        its stream). On a GPU the consumers' reads may still be in flight on
+        several streams: each records an event, and the last one's stream
+        waits on the others' before the buffer goes back to the pool (whose
+        next user waits on that stream)."""
+        ev = None
+        if self.redmem.get(key, -1) in self.gpu_of:
+            from . import gpu
+            b = gpu.backend()
+            ev = b.Event()
+            ev.record(b.current_stream())
         with self._lock:
             n = self.pending.get(key, 0) - 1
             if n > 0 or key not in self.dead:
                 self.pending[key] = max(n, 0)
+                if ev is not None:
+                    self.read_events.setdefault(key, []).append(ev)
                 return
             del self.pending[key]
             self.dead.discard(key)
+            evs = self.read_events.pop(key, ())
+        if evs:
+            from . import gpu
+            s = gpu.backend().current_stream()
+            for e in evs:
+                s.wait_event(e)
         self._drop_buffer(key)
 
     def expect(self, consumers: dict, dying: set) -> None:
@@ -449,4 +468,5 @@ class Instances:
         with self._lock:
             self.pending.clear()
             self.dead.clear()
+            self.read_events.clear()
             self.abandoned &= live

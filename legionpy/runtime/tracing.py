@@ -513,26 +513,24 @@ class Tracer:
         base = rt._next_id
         rt._next_id = base + rec.count
         self.delta = base - rec.base
-        begin = Op(begin_id, "marker", f"begin trace {rec.name}", None,
-                   _reset_buffers(rt.instances, rec)
-                   if rec.buffers or rec.consumers else None)
+        begin = Op(begin_id, "marker", f"begin trace {rec.name}", None, None)
         self.begin_op = begin
         waits = list(rt._live.values())
-        streams = rt.sched.streams
-        if streams is not None:  # and the kernels of finished ops, still in flight
-            begin.deps = tuple(streams.done)
         if self.last_end is not None:
             waits.append(self.last_end)
         streams = rt.sched.streams
-        if streams is not None and rec.buffers and streams.done:
-            # the buffers it resets may still be read by finished ops' kernels (a
-            # staged copy of the recording's run): the reset waits on their events
+        if streams is not None and streams.done:
+            # the kernels of finished ops may still be in flight (the buffers it
+            # resets may be read by a staged copy of the recording's run, the
+            # trace's first ops read what they wrote): its frontier includes them
             begin.deps = tuple(streams.done)
-        rt.sched.submit(begin, waits)
         self.cur = [Op(base + t.rid, t.kind, t.name, t.queue, t.fn, t.point, t.launch, t.tag)
                     for t in rec.ops]
         self.rec, self.mode, self.pos = rec, "replay", 0
         self.gr = self.graphs.start(rec, self.cur, begin, rec.ordered)
+        if rec.buffers or rec.consumers:  # a graph captures its buffers: they stay
+            begin.fn = _reset_buffers(rt.instances, rec, release=self.gr is None)
+        rt.sched.submit(begin, waits)
         if rt.repl is not None:
             rt.repl.note(f"replay {rec.name}")
 
@@ -668,13 +666,16 @@ class Tracer:
         self.pos = 0
 
 
-def _reset_buffers(inst: Any, rec: Recording) -> Callable[[Op], None]:
+def _reset_buffers(inst: Any, rec: Recording, release: bool) -> Callable[[Op], None]:
     """The begin marker's body: the reduction buffers a trace opens that are
     still there start at their identity again, and the replay's copies and
     folds are expected as the buffers' consumers, so each buffer that dies in
     the block goes back to the pool after its last one (the next replay's
-    reducers take it from there): the recording's lifetimes, replayed."""
-    buffers, consumers, dying = rec.buffers, rec.consumers, rec.dying
+    reducers take it from there): the recording's lifetimes, replayed. Not
+    with ``release`` False (a replay as CUDA graphs, which captured the
+    buffers' addresses): its buffers then live to the next fence."""
+    buffers, dying = rec.buffers, rec.dying
+    consumers = rec.consumers if release else None
 
     def reset(op: Op) -> None:
         for key, redop in buffers:
