@@ -76,9 +76,9 @@ before it are the captured arrays, and reports the folds it ran as
 consumed; a buffer made and consumed inside one graph is the graph's own.
 A grown instance (``Instances.generation``), a buffer that is not the
 captured array, or a group's Python running elsewhere makes a graph stale:
-it is captured again, and past ``STALE_LIMIT`` times its segment runs live
-for good. A re-recorded trace (``set_strategy``, a new mapper) drops its
-graphs with it.
+it is captured again, and past ``STALE_LIMIT`` times in a row (no launch
+between) its segment runs live for good. A re-recorded trace
+(``set_strategy``, a new mapper) drops its graphs with it.
 
 ``LEGIONPY_CUDA_GRAPHS=0`` turns graphs off. A trace with an op on a CPU
 device or another rank, or replayed in readiness order
@@ -102,9 +102,9 @@ from .scheduler import Op
 __all__ = ["Graphs", "Plan", "Segment", "enabled"]
 
 
-#: a segment whose graph went stale more often than this runs live from then
-#: on (its buffers come from the pool in another order at every step, or
-#: its group's other segments keep being captured again)
+#: a segment whose graph went stale more often than this in a row, without a
+#: launch between, runs live from then on (it would be captured at every
+#: step; a fence, which drops the buffers, costs one capture and counts once)
 STALE_LIMIT = 2
 
 
@@ -131,7 +131,7 @@ class Segment:
         #: buffers its graph uses (see Replay._buffers)
         self.bufs: list[tuple] = []
         self.probed = False  # its members ran once under a probe for host syncs
-        self.stale = 0  # times its graph was found stale (past STALE_LIMIT: live)
+        self.stale = 0  # stale in a row, no launch between (past STALE_LIMIT: live)
         #: reduction buffers its members' prologues fold (their graph reads
         #: them): a launch reports each consumed, as the folds' Python would
         self.consumes: list = []
@@ -442,6 +442,7 @@ class Replay:
             for key in seg.consumes:
                 consumed(key)
             seg.launches += 1
+            seg.stale = 0
             gr.stats["launched"] += 1
             gr.stats["replaced"] += len(ops)
 
