@@ -279,3 +279,18 @@ def test_set_strategy_drops_the_graphs(emu):
     m.fit(rng.standard_normal((5 * BATCH, 7)).astype(np.float32), rng.integers(0, 3, 5 * BATCH),
           epochs=1, verbose=0, shuffle=False)
     assert st["captured"] > captured  # the new strategy's steps were captured anew
+
+
+def test_legionpy_train_uses_graphs_on_emulated_gpus(monkeypatch):
+    """``legionpy train`` (models.training.train) runs on the GPUs when GPUs
+    are asked for, and replays its steps as graphs by default."""
+    from legionpy.models.training import train
+
+    monkeypatch.setenv("LEGIONPY_GPU_BACKEND", "emulated")
+    monkeypatch.setenv("LEGIONPY_GPUS", "2")
+    try:
+        r = train("lenet", strategy="data", steps=7)
+        assert lr.get_runtime().devices[0].kind == "gpu"
+    finally:
+        lr.shutdown()
+    assert r["cuda_graphs"]["captured"] > 0 and r["cuda_graphs"]["launched"] > 0
