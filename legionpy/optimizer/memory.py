@@ -51,7 +51,7 @@ __all__ = ["Feasibility", "feasibility", "check", "search_cost", "INFEASIBLE_BAS
 #: worst device's overflow as a fraction of its capacity); far above any
 #: simulated iteration, so every feasible strategy ranks first
 INFEASIBLE_BASE_S = 1e4
-CATEGORIES = ("activations", "copies", "parameters")
+CATEGORIES = ("activations", "copies", "parameters", "buffers")
 
 
 def format_bytes(b: float) -> str:
@@ -134,6 +134,7 @@ def check(sim) -> Feasibility:
     kind, dev, mb = tg.kind[a], tg.mdev[a], tg.mbytes[a]
     cat = np.where(kind == COPY, 1, np.where(kind == UPDATE, 2, 0))
     per = np.bincount(cat * D + dev, mb, minlength=3 * D).reshape(3, D)
+    per = np.vstack([per, tg.buffer_bytes()[None, :]])
     total = per.sum(0)
     peak, cap, over, brk = {}, {}, {}, {}
     for d in range(D):

@@ -172,6 +172,7 @@ class Simulator:
         D = tg.D
         busy, nbytes, mem, last, n = K.summarize(tg.alive, tg.res, tg.dur, tg.kind, tg.nbytes,
                                                  tg.mdev, tg.mbytes, tg.end, tg.n_res, D, COPY)
+        mem = mem + tg.buffer_bytes()  # reduction and staging buffers (optimizer/memory.py)
         bad = [m.devices[d].name for d in range(D) if mem[d] > m.devices[d].memory]
         cap = {m.devices[d].name: float(m.devices[d].memory) for d in range(D)}
         links = {ln.name: float(busy[D + ln.id]) for ln in m.links if busy[D + ln.id] > 0}
