@@ -11,11 +11,12 @@ simulation (Algorithm 2) over the task graph of :mod:`.taskgraph`.
 
 Reports (:class:`SimResult`): iteration time (s), busy seconds per compute
 device and per link, bytes per link, and a static memory estimate per device:
-every output tile and its gradient, every received input copy and its
-gradient, and each update shard held (weight + gradient + optimizer state)
--- FlexFlow does not reuse activation memory within an iteration, nor does
-legionpy (:mod:`.memory` has the rules and the feasibility API every search
-calls). A strategy whose estimate exceeds a device's capacity is
+every output tile and its gradient, every received input copy, each update
+shard held (weight + gradient + optimizer state) and the reduction buffers
+the runtime holds at its peak -- FlexFlow does not reuse activation memory
+within an iteration, nor does legionpy (:mod:`.memory` has the rules and the
+feasibility API every search calls; docs/memory.md the runtime's side). A
+strategy whose estimate exceeds a device's capacity is
 *infeasible*: ``SimResult.feasible`` is False, :meth:`Simulator.simulate`
 returns ``inf`` and :attr:`SimResult.search_cost` a penalty above every
 feasible strategy that shrinks with the overflow; the schedule itself is
