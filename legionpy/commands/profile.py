@@ -215,8 +215,8 @@ def _zoo(args) -> dict:
         if pbar is not None:
             pbar.close()
     dev = device_identity()
-    lines = [f"recorded on {dev['name']} ({dev['backend']}"
-             f"{', EMULATED: never loaded by a preset' if dev['emulated'] else ''}):"]
+    lines = [f"recorded on {dev['name']} (backend {dev['backend']})"
+             + (": EMULATED timings, which no preset loads" if dev["emulated"] else ":")]
     lines += [f"  {d['model']:<14} {d['tiles']:>5} tiles {d['seconds']:>8.1f} s  -> {d['file']}"
               for d in done]
     lines.append("`legionpy machines` shows which preset they back (LEGIONPY_PROFILES=DIR to "

@@ -175,7 +175,8 @@ def add_train_arguments(p: Any, steps: int = 30) -> None:
     p.add_argument("--text", action="store_true",
                    help="RNNs: train on the stdlib-docstring corpus instead of synthetic data")
     p.add_argument("--devices", type=positive_int, default=None,
-                   help="CPU devices per process (default: 2, or 1 per rank under mpirun)")
+                   help="CPU devices per process (default: the GPUs LEGIONPY_GPUS=n asks "
+                        "for, else 2, or 1 per rank under mpirun)")
     p.add_argument("--lr", type=positive_float, default=None, help="Adam learning rate")
     p.add_argument("--seed", type=nonneg_int, default=0)
     p.add_argument("--checkpoint", type=out_file, metavar="FILE", default=None,

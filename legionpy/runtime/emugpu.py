@@ -169,8 +169,10 @@ def _un(x: Any, what: str, dev: int, arrs: list, host_ok: bool = False) -> Any:
         if x.ndim and not host_ok:
             raise _host(what)
         return x
-    if type(x) in (list, tuple):
-        return type(x)(_un(v, what, dev, arrs, host_ok) for v in x)
+    t = type(x)
+    if t is tuple or t is list:
+        out = [_un(v, what, dev, arrs, host_ok) for v in x]
+        return out if t is list else tuple(out)
     return x
 
 
@@ -186,7 +188,6 @@ def _wrap(r: Any, dev: int) -> Any:
 
 # allocation (owner numpy array) -> its access records, found from any view
 _bufs: dict[int, tuple[Any, Buf]] = {}
-_nbuf = itertools.count()
 
 
 def _forget(key: int, ref: Any) -> None:
@@ -204,8 +205,7 @@ def _buf_of(a: np.ndarray, dev: int) -> Buf:
     got = _bufs.get(key)
     if got is not None and got[0]() is o:
         return got[1]
-    b = Buf(o, f"an array {o.shape} {o.dtype} on emulated GPU {dev} (allocation "
-               f"#{next(_nbuf)})")
+    b = Buf(o, dev)
     ref = weakref.ref(o, lambda r, key=key: _forget(key, r))
     _bufs[key] = (ref, b)
     return b
@@ -214,7 +214,7 @@ def _buf_of(a: np.ndarray, dev: int) -> Buf:
 def label(a: Any, text: str) -> None:
     """Name ``a``'s allocation in race messages (e.g. "R3.x in memory 1")."""
     if type(a) is EmuArray:
-        a.buf().desc = f"{text} ({a.buf().desc})"
+        a.buf().label = text
 
 
 def _kernel(what: str, fn: Callable[[], Any], reads: list, writes: list, dev: int) -> Any:
@@ -229,9 +229,9 @@ def _kernel(what: str, fn: Callable[[], Any], reads: list, writes: list, dev: in
     with _lock:
         seq = s.enqueue()
         for a in reads:
-            access(s, seq, a._a, a.buf(), False, what)
+            access(s, seq, a.part(), a.buf(), False, what)
         for a in writes:
-            access(s, seq, a._a, a.buf(), True, what)
+            access(s, seq, a.part(), a.buf(), True, what)
     if hook is not None:
         fn = hook(s, what, fn, reads, writes) or fn
     r = _wrap(fn(), dev)
@@ -243,7 +243,7 @@ def _kernel(what: str, fn: Callable[[], Any], reads: list, writes: list, dev: in
             for x in fresh:
                 b = x.buf()
                 if id(b) not in mine:
-                    access(s, seq, x._a, b, True, what)
+                    access(s, seq, x.part(), b, True, what)
     return r
 
 
@@ -288,12 +288,13 @@ _MUTATING = frozenset({"copyto", "put", "place", "putmask", "fill_diagonal", "pu
 class EmuArray:
     """A numpy array on emulated GPU ``device.id`` (see the module doc)."""
 
-    __slots__ = ("_a", "device", "_b", "__weakref__")
+    __slots__ = ("_a", "device", "_b", "_x", "__weakref__")
     __array_priority__ = 1000
 
     def __init__(self, a: np.ndarray, dev: int) -> None:
         self._a = a
         self._b: Buf | None = None
+        self._x: tuple | None = None  # the part of the allocation it views (race detector)
         d = _DEVS.get(dev)
         if d is None:
             d = _DEVS.setdefault(dev, _DeviceRef(dev))
@@ -305,6 +306,13 @@ class EmuArray:
         if b is None:
             b = self._b = _buf_of(self._a, self.device.id)
         return b
+
+    def part(self) -> tuple:
+        """``(first byte, end byte, box)`` of the allocation this array views."""
+        x = self._x
+        if x is None:
+            x = self._x = emurace.extent(self._a, self.buf())
+        return x
 
     def _view(self, a: np.ndarray) -> EmuArray:
         v = EmuArray(a, self.device.id)
@@ -343,7 +351,7 @@ class EmuArray:
         dev = self.device.id
         s = emurace.explicit_stream(dev) or emurace.legacy_stream(dev)
         with _lock:
-            emurace.host_read(s, self._a, self.buf(), what)
+            emurace.host_read(s, self.part(), self.buf(), what)
         return self._a
 
     def get(self) -> np.ndarray:

@@ -90,7 +90,7 @@ class _Capture:
     def __init__(self, stream: Any, device: int) -> None:
         self.stream, self.device = stream, device
         self.steps: list[tuple] = []  # (kernel closure, result buffer or None)
-        self.access: list[tuple] = []  # (array, emurace.Buf, write?, what): for launches
+        self.access: list[tuple] = []  # (part, emurace.Buf, write?, what): for launches
         #: (id of its buffer, address, shape, strides) -> (array, its contents)
         self.snaps: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self.fresh: set[int] = set()  # ids of buffers made during the capture
@@ -201,8 +201,8 @@ def _hook(stream: Any, what: str, fn: Callable[[], Any], reads: list, writes: li
         _touch(cap, a._a, roots)
     for a in writes:
         _touch(cap, a._a, roots)
-    cap.access.extend((a._a, a.buf(), False, what) for a in reads)
-    cap.access.extend((a._a, a.buf(), True, what) for a in writes)
+    cap.access.extend((a.part(), a.buf(), False, what) for a in reads)
+    cap.access.extend((a.part(), a.buf(), True, what) for a in writes)
 
     def run() -> Any:
         r = _arrays(fn())

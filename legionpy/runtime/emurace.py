@@ -250,19 +250,30 @@ def reset_counts() -> None:
 class Buf:
     """Access records of one allocation (an owner numpy array)."""
 
-    __slots__ = ("recs", "ptr", "strides", "ndim", "box_ok", "desc", "__weakref__")
+    __slots__ = ("recs", "ptr", "strides", "ndim", "box_ok", "owner_shape", "dtype", "dev",
+                 "label", "__weakref__")
 
-    def __init__(self, owner: Any, desc: str) -> None:
+    def __init__(self, owner: Any, dev: int) -> None:
         self.recs: list[tuple] = []
         self.ptr = owner.__array_interface__["data"][0]
         self.strides = owner.strides
         self.ndim = owner.ndim
+        self.owner_shape = owner.shape
+        self.dtype = owner.dtype
+        self.dev = dev
         self.box_ok = owner.flags.c_contiguous and all(s > 0 for s in owner.strides)
-        self.desc = desc
+        self.label = ""
+
+    @property
+    def desc(self) -> str:
+        what = f"an array {self.owner_shape} {self.dtype} on emulated GPU {self.dev}"
+        return f"{self.label} ({what})" if self.label else what
 
 
-def _extent(a: Any, b: Buf) -> tuple[int, int, tuple | None]:
+def extent(a: Any, b: Buf) -> tuple[int, int, tuple | None]:
     """(first byte, end byte, box or None) of view ``a`` of allocation ``b``."""
+    if a.base is None and b.box_ok:  # the whole allocation
+        return 0, a.nbytes, ((0,) * a.ndim, a.shape)
     off = a.__array_interface__["data"][0] - b.ptr
     if a.size == 0:
         return off, off, None
@@ -319,9 +330,13 @@ def _overlap(r: tuple, lo: int, hi: int, box: tuple | None) -> bool:
 
 
 def _covers(box: tuple | None, lo: int, hi: int, r: tuple) -> bool:
-    if box is not None and r[5] is not None:
-        return all(a <= c and d <= b for a, b, c, d in zip(box[0], box[1], r[5][0], r[5][1]))
-    return box is None and r[5] is None and lo <= r[3] and r[4] <= hi
+    rb = r[5]
+    if box is not None and rb is not None:
+        for a, b, c, d in zip(box[0], box[1], rb[0], rb[1]):
+            if c < a or b < d:
+                return False
+        return True
+    return box is None and rb is None and lo <= r[3] and r[4] <= hi
 
 
 def _name(sid: int) -> str:
@@ -330,37 +345,48 @@ def _name(sid: int) -> str:
 
 
 def access(s: Stream, seq: int, a: Any, b: Buf, write: bool, what: str) -> None:
-    """Under the lock: kernel ``seq`` of ``s`` reads (or writes) view ``a`` of ``b``."""
-    lo, hi, box = _extent(a, b)
+    """Under the lock: kernel ``seq`` of ``s`` reads (or writes) the part
+    ``a`` (``(first byte, end byte, box)``, see :func:`extent`) of ``b``."""
+    lo, hi, box = a
     if hi <= lo:
         return
     vc = s.vc
     sid = s.id
     recs = b.recs
-    for r in recs:
+    same = -1  # this stream's read record of the same part (replaced by a read)
+    for n, r in enumerate(recs):
         rs = r[0]
-        if rs != sid and (write or r[2]) and vc.get(rs, 0) < r[1] and _overlap(r, lo, hi, box):
-            kind = ("write-after-write" if r[2] else "write-after-read") if write \
-                else "read-after-write"
-            other = _name(rs)
-            raise DeviceError(
-                f"emulated GPU race ({kind}) on {b.desc}: {what} on {s.name} "
-                f"{'writes' if write else 'reads'} it while kernel #{r[1]} of {other} "
-                f"{'wrote' if r[2] else 'read'} it with no ordering between the two streams; "
-                f"make {s.name} wait on the event of {other}'s kernel (ev.record({other}) "
-                f"then {s.name}.wait_event(ev)), or synchronise it from the host first")
+        if rs == sid:
+            if not write and not r[2] and r[3] == lo and r[4] == hi and r[5] == box:
+                same = n
+        elif (write or r[2]) and vc.get(rs, 0) < r[1] and _overlap(r, lo, hi, box):
+            raise _race(s, r, b, write, what)
+    rec = (sid, seq, write, lo, hi, box)
     if write:
-        recs[:] = [r for r in recs if not _covers(box, lo, hi, r)]
+        if recs:
+            recs[:] = [r for r in recs if not _covers(box, lo, hi, r)]
+        recs.append(rec)
+    elif same >= 0:
+        recs[same] = rec
     else:
-        recs[:] = [r for r in recs if not (r[0] == sid and not r[2] and r[3] == lo
-                                           and r[4] == hi and r[5] == box)]
-    recs.append((sid, seq, write, lo, hi, box))
+        recs.append(rec)
     if len(recs) > 24:  # records the host clock covers precede every later kernel
         hv = _host_vc
         recs[:] = [r for r in recs if hv.get(r[0], 0) < r[1]]
 
 
-def host_read(s: Stream, a: Any, b: Buf, what: str) -> None:
+def _race(s: Stream, r: tuple, b: Buf, write: bool, what: str) -> DeviceError:
+    kind = ("write-after-write" if r[2] else "write-after-read") if write else "read-after-write"
+    other = _name(r[0])
+    return DeviceError(
+        f"emulated GPU race ({kind}) on {b.desc}: {what} on {s.name} "
+        f"{'writes' if write else 'reads'} it while kernel #{r[1]} of {other} "
+        f"{'wrote' if r[2] else 'read'} it, and no event orders the two: make {s.name} "
+        f"wait on the event of that kernel (ev.record on {other}, then wait_event(ev)), "
+        f"or synchronise the host with it first")
+
+
+def host_read(s: Stream, a: tuple, b: Buf, what: str) -> None:
     """Under the lock: the host reads view ``a`` of ``b`` as CuPy does: a copy
     on ``s`` (the current stream of the array's device; the legacy one when
     none was made current), then the host waits for ``s``."""

@@ -14,15 +14,22 @@ Memory: instances are allocated with ``cupy.cuda.Memory`` (cudaMalloc, not
 the pool), so an IPC handle of the instance points at its first byte.
 Point bodies (prologue, views, task; runtime/body.py) run under
 ``cupy.cuda.Device(ordinal)`` and tasks get CuPy arrays
-(the ``xp`` of array code is ``cupy.get_array_module(x)``); kernels go to
-the legacy default stream, so work on one device is ordered, and the
-runtime synchronises a device before its data leaves it.
+(the ``xp`` of array code is ``cupy.get_array_module(x)``).
+
+Streams (runtime/streams.py): never the legacy default stream. Each GPU
+device runs its kernels on a non-blocking compute stream of its own and
+each directed link with a GPU end its copies on another; an op's stream
+waits on the CUDA events of its dependences on other streams, the op
+records an event when its kernels are enqueued, and host consumers
+(``Region.read``, ``Future.get``, fences, MPI sends) synchronise the events
+they need, never a whole device.
 
 Copies:
-- one process, two GPUs: ``ndarray.copy()`` under the destination device
-  (CuPy copies between devices with cudaMemcpyPeer);
+- one process, two GPUs: ``ndarray.copy()`` under the destination device,
+  on the link's stream (CuPy copies between devices with cudaMemcpyPeer);
 - two processes on one node (same host name): CUDA IPC. The sender
-  synchronises its device, then sends (over MPI, tag of the copy) the
+  synchronises its link stream (which waited on the source's events), then
+  sends (over MPI, tag of the copy) the
   instance's handle (``cupy.cuda.runtime.ipcGetMemHandle``) the first time
   this instance goes to that rank, else None; the receiver opens it once
   (``ipcOpenMemHandle``, cached per (memory, region, field)), copies the
@@ -38,10 +45,16 @@ was grown, closing the old mapping) and closed at shutdown
 
 Backends: every CuPy call goes through :func:`backend`, a small interface
 (``Device``, ``alloc``, ``asnumpy``, ``asarray``, ``ipc_handle``,
-``ipc_open``, ``ipc_close``) served by CuPy or, with
+``ipc_open``, ``ipc_close``; ``Stream(k, name)``: a non-blocking stream on
+device ``k``, ``with stream:`` makes it the thread's current one;
+``Event()`` with ``record(stream)``, ``synchronize()``, ``done``;
+``stream.wait_event(ev)``, ``stream.synchronize()``; ``current_stream()``)
+served by CuPy (``cupy.cuda.Stream(non_blocking=True)``,
+``cupy.cuda.Event(disable_timing=True)``) or, with
 ``LEGIONPY_GPU_BACKEND=emulated``, by runtime/emugpu.py (numpy arrays tagged
-with their device, raising on wrong-device use), so CI runs this whole path
-on 2-4 emulated GPUs (``LEGIONPY_GPUS=n``, default 2 there).
+with their device, raising on wrong-device use, and a race detector over
+streams and events, runtime/emurace.py), so CI runs this whole path on 2-4
+emulated GPUs (``LEGIONPY_GPUS=n``, default 2 there).
 """
 
 from __future__ import annotations
@@ -57,7 +70,7 @@ from ..errors import MachineError
 
 __all__ = ["gpus_per_rank", "ordinal", "zeros", "copy_to", "copy_into",
            "to_host", "from_host", "ipc_possible", "ipc_send", "ipc_recv", "visible_gpus",
-           "backend", "on_array", "close_all", "is_gpu"]
+           "backend", "on_array", "close_all", "is_gpu", "label"]
 
 _base = 0  # local_rank * gpus per rank, set by gpus_per_rank
 _visible: int | None = None
@@ -214,6 +227,13 @@ def ordinal(dev: Any) -> int:
 def zeros(k: int, shape: tuple, dtype: Any, ipc: bool = False) -> Any:
     """A zeroed array on GPU ``k`` with its own allocation (not the pool)."""
     return backend().alloc(k, shape, dtype, ipc)
+
+
+def label(a: Any, text: str) -> None:
+    """Name ``a``'s allocation in the emulated race detector's messages."""
+    b = backend()
+    if b.name == "emulated":
+        b.emu.label(a, text)
 
 
 def is_gpu(a: Any) -> bool:

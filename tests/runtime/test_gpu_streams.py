@@ -5,6 +5,8 @@ though the emulation runs every kernel at once."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -148,6 +150,124 @@ def test_a_missing_event_wait_is_caught(emu, monkeypatch):
     with pytest.raises(TaskError, match=r"race \(read-after-write\).*link stream"):
         _halo_program()
         lp.fence()
+
+
+# -- training steps ----------------------------------------------------------------------
+def _train(monkeypatch, n: int, gpus: bool, executor: str = "threads", model: str = "mlp",
+           strategy: str = "data", fits: int = 1, between: Any = None) -> tuple[dict, set]:
+    """Adam steps through the layer API (recorded, then replayed traces) on
+    ``n`` emulated GPUs or CPU devices: (parameters, queues that ran ops)."""
+    import tiny_models
+    from test_nn_invariance import hybrid
+
+    ran: set = set()
+    if gpus:
+        monkeypatch.setenv("LEGIONPY_GPU_BACKEND", "emulated")
+        monkeypatch.setenv("LEGIONPY_GPUS", str(n))
+        execute = streams.Streams.execute
+
+        def spy(self, op):
+            ran.add(op.queue)
+            return execute(self, op)
+        monkeypatch.setattr(streams.Streams, "execute", spy)
+        lr.init(executor=executor)
+    else:
+        monkeypatch.delenv("LEGIONPY_GPU_BACKEND", raising=False)
+        lr.init(cpus=n, executor=executor)
+    try:
+        m = tiny_models.cnn(extra=True) if model == "cnn" else getattr(tiny_models, model)()
+        shape = m.graph.ops[0].output_shape[1:]
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((4 * tiny_models.BATCH, *shape)).astype(np.float32)
+        y = rng.integers(0, 3, 4 * tiny_models.BATCH)
+        strat = hybrid(m.graph, n) if strategy == "hybrid" else strategy
+        m.compile(optimizer=lp.nn.Adam(lr=0.01), loss="sparse_categorical_crossentropy",
+                  metrics=["accuracy"], strategy=strat)
+        for i in range(fits):
+            if between is not None and i == fits - 1:
+                between()
+            m.fit(x, y, epochs=1, verbose=0, shuffle=False, batch_size=tiny_models.BATCH)
+        if gpus:
+            rt = lr.get_runtime()
+            assert sum(r.replays for r in rt.tracer.recordings.values()) >= 2
+        return m.parameters(), ran
+    finally:
+        lr.shutdown()
+
+
+@pytest.mark.parametrize("n,model,strategy", [(2, "mlp", "data"), (4, "cnn", "hybrid")])
+def test_training_steps_run_clean_on_one_stream_per_device_and_link(monkeypatch, n, model,
+                                                                    strategy):
+    """Recorded then replayed steps under the race detector (a race would fail
+    a task) equal the CPU run, on non-default streams only: one per device,
+    one per link that carried a copy."""
+    emugpu.reset_stats()
+    on_gpu, ran = _train(monkeypatch, n, True, model=model, strategy=strategy)
+    st = emugpu.stats()
+    on_cpu, _ = _train(monkeypatch, n, False, model=model, strategy=strategy)
+    for k in on_cpu:
+        np.testing.assert_allclose(on_gpu[k], on_cpu[k], rtol=1e-5, atol=1e-6)
+    assert st["legacy_kernels"] == {} and st["syncs"] == {}
+    links = {q for q in ran if isinstance(q, tuple)}
+    compute = {f"compute stream of device {d} (GPU {d})" for d in range(n)}
+    expect = compute | {f"link stream {streams._mem(s)}->{streams._mem(d)} "
+                        f"(on GPU {d if d >= 0 else s})" for s, d in links}
+    assert set(st["stream_kernels"]) <= expect  # a link moving data to the host: no kernel
+    assert compute <= set(st["stream_kernels"])
+    assert any(s != -1 and d != -1 for s, d in links)  # device-to-device copies ran
+
+
+def test_a_replayed_step_allocates_nothing(monkeypatch):
+    """Staging buffers of reduction copies come from the pool: once the trace
+    replays, a step makes no allocation on any GPU (serial executor: the
+    same interleaving every run); without the pool every step allocates."""
+    pools = []
+
+    def reset():
+        emugpu.reset_stats()
+        pool = lr.get_runtime().instances.staging_pool
+        pools.append((pool, pool.hits))
+
+    _train(monkeypatch, 2, True, executor="serial", fits=3, between=reset)
+    st = emugpu.stats()
+    assert st["allocs"] == {}
+    pool, hits = pools[0]
+    assert pool.hits > hits  # the staged reductions took pooled buffers
+    assert st["stream_kernels"] and st["legacy_kernels"] == {}
+    monkeypatch.setattr(streams.BufferPool, "take", lambda self, m, shape, dtype, make: make())
+    _train(monkeypatch, 2, True, executor="serial", fits=3, between=reset)
+    assert sum(emugpu.stats()["allocs"].values()) > 0
+
+
+# -- host consumers ------------------------------------------------------------------------
+def test_host_reads_synchronise_only_what_they_need(emu, monkeypatch):
+    emu(2, "serial")
+
+    @lp.task(privileges=[lp.WD("u")])
+    def fill(t, k):
+        t.u[...] = k
+
+    @lp.task(privileges=[lp.R("u")])
+    def total(t):
+        return emugpu.xp.sum(t.u)  # a GPU scalar: Future.get waits for its kernel
+
+    R = lp.Region((20,), {"u": np.float64})
+    P = lp.Partition.equal(R, (2,))
+    lp.index_launch(fill, P.colors, P, 0)
+    lp.fence()
+    emugpu.reset_stats()
+    lp.index_launch(fill, P.colors, P, 2)
+    np.testing.assert_array_equal(P[(0,)].read("u"), np.full(10, 2.0))
+    clock = emugpu.emurace.host_clock()
+    s0, s1 = (lr.get_runtime().sched.streams.compute_stream(d) for d in (0, 1))
+    assert clock[s0.name] == s0.seq  # the host waited for the kernel writing tile 0
+    assert clock[s1.name] < s1.seq  # not for device 1's (tile 1 was not read)
+    assert emugpu.stats()["syncs"] == {}
+    assert float(total(P[(1,)]).get()) == 20.0
+    monkeypatch.setattr(streams.Streams, "host_wait", lambda self, d: None)
+    fut = total(P[(1,)])
+    with pytest.raises(DeviceError, match="race"):
+        float(fut.get())  # without the event synchronisation the host read races
 
 
 def test_rnnlm_model_parallel_on_two_gpus_runs_race_free(emu):
