@@ -242,7 +242,13 @@ class TaskGraph:
         self.fslot = np.full((len(ops), MAXT), -1, np.int64)
         self.bslot = np.full((len(ops), MAXT), -1, np.int64)
         self.live_tasks: dict = {}  # block id -> slots
-        self.live_tmem: dict = {}  # block id -> its buffers' ({device: bytes}, held)
+        #: buffers (see buffer_bytes): a row of per-device bytes per live block
+        #: with any (``_brow``: block id -> row), and the sum of held buffers
+        self._brow: dict = {}
+        self._bmax = np.zeros((0, self.D))
+        self._bheld = np.zeros(self.D)
+        self._live_blk: dict = {}  # block id -> the installed _Block
+        self._bfree: list = []  # free rows of _bmax
         self.live_edges: dict = {}
         self.strategy = None
         self._alloc(1024, 2048)
@@ -700,15 +706,32 @@ class TaskGraph:
         updates that end the step) plus the largest of the others, which
         one block at a time holds (activation gradients are consumed by the
         next backward task, a home's staged shards by its update)."""
-        held = np.zeros(self.D)
-        out = np.zeros(self.D)
-        for tm, th in self.live_tmem.values():
-            for d, b in tm.items():
-                if b > out[d]:
-                    out[d] = b
-            for d, b in th.items():
-                held[d] += b
-        return held + out
+        m = self._bmax
+        return self._bheld + (m.max(0) if len(m) else 0.0)
+
+    def _add_buffers(self, bid, blk: _Block) -> None:
+        """Count block ``bid``'s buffers (install)."""
+        for d, b in blk.thold.items():
+            self._bheld[d] += b
+        if blk.tmem:
+            if not self._bfree:  # double the rows; the new ones are free
+                n = len(self._bmax)
+                self._bmax = np.vstack([self._bmax, np.zeros((max(n, 8), self.D))])
+                self._bfree = list(range(len(self._bmax) - 1, n - 1, -1))
+            i = self._brow[bid] = self._bfree.pop()
+            for d, b in blk.tmem.items():
+                self._bmax[i, d] = b
+
+    def _drop_buffers(self, bid, blk: _Block | None) -> None:
+        """Stop counting block ``bid``'s buffers (removal)."""
+        if blk is None:
+            return
+        for d, b in blk.thold.items():
+            self._bheld[d] -= b
+        i = self._brow.pop(bid, None)
+        if i is not None:
+            self._bmax[i] = 0.0
+            self._bfree.append(i)
 
     # -- installing blocks -------------------------------------------------------------
     def _block_ids(self, o: int) -> list:
@@ -770,7 +793,8 @@ class TaskGraph:
             self.bslot[o, :] = -1
             self._set_fb(blk.key, slots)
         self.live_tasks[bid] = slots
-        self.live_tmem[bid] = (blk.tmem, blk.thold)
+        self._live_blk[bid] = blk
+        self._add_buffers(bid, blk)
         src, dst = self._resolve(blk.esrc, slots), self._resolve(blk.edst, slots)
         m = len(src)
         if m > self.nfree_e:
@@ -809,7 +833,7 @@ class TaskGraph:
         (prev, next) rows, targets of its edges)."""
         eids = self.live_edges.pop(bid)
         slots = self.live_tasks.pop(bid)
-        self.live_tmem.pop(bid, None)
+        self._drop_buffers(bid, self._live_blk.pop(bid, None))
         K.unlink_edges(eids, *self._lists())
         self.ealive[eids] = False
         self._release(eids, edges=True)
@@ -849,7 +873,11 @@ class TaskGraph:
             getattr(self, f)[:N] = np.concatenate([getattr(b, f) for b in blks])
         self.alive[:N] = True
         self.live_tasks = {b: np.arange(toff[i], toff[i + 1]) for i, b in enumerate(bids)}
-        self.live_tmem = {b: (blk.tmem, blk.thold) for b, blk in zip(bids, blks)}
+        self._live_blk = dict(zip(bids, blks))
+        self._brow, self._bmax, self._bheld = {}, np.zeros((0, self.D)), np.zeros(self.D)
+        self._bfree = []
+        for b, blk in zip(bids, blks):
+            self._add_buffers(b, blk)
         self.live_edges = {b: np.arange(eoff[i], eoff[i + 1]) for i, b in enumerate(bids)}
         n_op = int(toff[len(ops)])
         self.fslot[:] = -1
