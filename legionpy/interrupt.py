@@ -80,7 +80,7 @@ class StopFlag:
 
 
 @contextmanager
-def deferred_interrupt(what: str) -> Iterator[StopFlag]:
+def deferred_interrupt(what: str, when: str = "after this step") -> Iterator[StopFlag]:
     """Turn the first Ctrl-C into ``flag.requested = True`` while the block
     runs (main thread only; elsewhere the flag is never set). Nested blocks
     share the outermost flag (``train`` around its ``fit`` calls)."""
@@ -103,7 +103,7 @@ def deferred_interrupt(what: str) -> Iterator[StopFlag]:
 
         if any(os.environ.get(v, "0") != "0" for v in RANK_VARS):
             return  # rank 0 says it for the job
-        print(f"\nlegionpy: Ctrl-C: {what} stops after this step (Ctrl-C again to stop now)",
+        print(f"\nlegionpy: Ctrl-C: {what} stops {when} (Ctrl-C again to stop now)",
               file=sys.stderr, flush=True)
 
     if usable:

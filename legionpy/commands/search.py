@@ -53,7 +53,8 @@ def _configure(p: argparse.ArgumentParser) -> None:
 def _search(args) -> dict:
     from .. import models
     from ..cli import _debug
-    from ..errors import StrategyError
+    from ..errors import Interrupted, StrategyError
+    from ..interrupt import deferred_interrupt
     from ..optimizer import Machine, Simulator, search
     from ..optimizer.search import DEFAULT_METHODS
     from ..optimizer.trace import plot_strategy, write_chrome_trace
@@ -73,12 +74,22 @@ def _search(args) -> dict:
         bar = tqdm(total=total, desc=f"search {args.model}", file=sys.stderr, unit="prop",
                    leave=False)
 
+    # Ctrl-C stops the search between proposals (MCMC reports progress every
+    # 16) or between methods, never inside a numba kernel or its compilation
+    stop = None
+
+    def at_clean_point() -> None:
+        if stop is not None and stop.requested:
+            raise Interrupted("search stopped by Ctrl-C")
+
     def progress(done, total, best):
+        at_clean_point()
         if bar is not None:
             bar.n = done
             bar.set_postfix_str(f"best {best * 1e3:.3f} ms", refresh=True)
 
     def stage(name):
+        at_clean_point()
         if _debug():
             print(f"legionpy search: {name}", file=sys.stderr, flush=True)
         if bar is not None:
@@ -86,8 +97,9 @@ def _search(args) -> dict:
 
     found: dict = {}
     try:
-        rep = search.run_all(graph, machine, args.budget, args.seed, methods,
-                             args.iterations, progress=progress, stage=stage, found=found)
+        with deferred_interrupt("search", "at the next proposal") as stop:
+            rep = search.run_all(graph, machine, args.budget, args.seed, methods,
+                                 args.iterations, progress=progress, stage=stage, found=found)
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()

@@ -71,6 +71,8 @@ def test_search_ctrl_c_writes_the_best_so_far_and_exits_130(tmp_path):
     err = "".join(seen) + err
     assert proc.returncode == 130, err
     assert "Traceback" not in err and f"wrote {out}" in err
+    # the first Ctrl-C is deferred to a clean point (never inside numba)
+    assert "legionpy: Ctrl-C: search stops at the next proposal" in err
     res = json.loads(stdout)
     assert res["interrupted"] and res["best"] in ("data", "model", "elimination", "partitioner",
                                                   "expert", "owt")
