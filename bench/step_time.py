@@ -23,7 +23,7 @@ without torch.
 With ``--graphs`` (or ``--only-graphs``): the same zoo models on 2 EMULATED
 GPUs (``LEGIONPY_GPU_BACKEND=emulated``: numpy underneath, serial executor),
 replayed steps with CUDA graphs (runtime/graphs.py) vs without
-(``LEGIONPY_CUDA_GRAPHS=0``), 8 steps per ``fit`` call: host CPU
+(``LEGIONPY_CUDA_GRAPHS=0``), 8 steady-state steps of one ``fit``: host CPU
 milliseconds per step (process time; the emulated kernels run on the host,
 so this is host time, not a GPU figure), the scheduler ops the host ran per
 step (task and copy bodies, graph launches) and the emulated kernels plus
@@ -178,45 +178,52 @@ def zoo_table(repeat: int) -> None:
 
 def graphs_step(name: str, repeat: int, graphs: bool, steps: int = 8
                 ) -> tuple[float, tuple[float, float], dict]:
-    """(best host CPU ms per step (process time: other jobs on the machine
-    do not count) of ``steps`` replayed steps in one ``fit`` (fenced at
-    its end only: a fence drops the reduction buffers, so the next step
-    captures again), (scheduler ops the host ran per step, kernels plus graph
+    """(host CPU ms per step (process time: other jobs on the machine do not
+    count), (scheduler ops the host ran per step, kernels plus graph
     launches it issued per step), graph counters) of zoo model ``name`` on 2
-    emulated GPUs."""
+    emulated GPUs: the best of ``repeat`` runs of ``steps`` steady-state
+    steps, taken inside one ``fit`` after its first 4 (two record the trace,
+    one probes for host syncs, one captures)."""
     from legionpy import data as D
     from legionpy import models
+    from legionpy.runtime import emugpu
 
     env = {"LEGIONPY_GPU_BACKEND": "emulated", "LEGIONPY_GPUS": "2",
            "LEGIONPY_CUDA_GRAPHS": "1" if graphs else "0"}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    rt = lp.init(executor="serial")
+    best, issued, stats = float("inf"), (0.0, 0.0), {}
     try:
-        m = models.build(name, scale="small", seed=0)
-        xs, y = D.for_model(m, m.batch_size * steps, seed=0)
-        m.compile(optimizer=lp.nn.SGD(lr=0.01, momentum=0.9), strategy="data")
-        m.fit([x[:4 * m.batch_size] for x in xs], y[:4 * m.batch_size], verbose=0,
-              shuffle=False)  # two steps record the trace, the third captures
-        from legionpy.runtime import emugraph
-
-        best, issued = float("inf"), (0.0, 0.0)
         for _ in range(repeat):
-            rt.trace.start()
-            emugraph.reset_stats()
-            t0 = time.process_time()
-            m.fit(xs, y, verbose=0, shuffle=False)
-            lp.fence()
-            dt = (time.process_time() - t0) / steps
-            recs = rt.trace.stop()
-            if dt < best:
-                best = dt
-                st = emugraph.stats()
-                issued = (sum(r["device"] is not None or r["link"] is not None
-                              for r in recs) / steps, (st["issued"] + st["launches"]) / steps)
-        return best * 1e3, issued, dict(rt.tracer.graphs.stats)
+            rt = lp.init(executor="serial")
+            try:
+                m = models.build(name, scale="small", seed=0)
+                xs, y = D.for_model(m, m.batch_size * (steps + 6), seed=0)
+                m.compile(optimizer=lp.nn.SGD(lr=0.01, momentum=0.9), strategy="data")
+                marks: dict = {}
+
+                def on_step(i: int, _: dict, rt: object = rt, marks: dict = marks) -> None:
+                    if i == 4:  # step i's results are in (one step behind the launches)
+                        emugpu.reset_stats()
+                        rt.trace.start()
+                        marks["t0"] = time.process_time()
+                    elif i == 4 + steps:
+                        marks["dt"] = (time.process_time() - marks["t0"]) / steps
+                        marks["recs"] = rt.trace.stop()
+                        st = emugpu.stats()  # a graph launch is one kernel on its stream
+                        marks["kernels"] = (sum(st["stream_kernels"].values())
+                                            + sum(st["legacy_kernels"].values()))
+                m.fit(xs, y, verbose=0, shuffle=False, on_step=on_step)
+                if marks["dt"] < best:
+                    best = marks["dt"]
+                    ops = sum(r["device"] is not None or r["link"] is not None
+                              for r in marks["recs"])
+                    issued = (ops / steps, marks["kernels"] / steps)
+                    stats = dict(rt.tracer.graphs.stats)
+            finally:
+                lp.runtime.shutdown()
+        return best * 1e3, issued, stats
     finally:
-        lp.runtime.shutdown()
         for k, v in old.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -141,7 +141,9 @@ def _simulate(args) -> dict:
     if "tiles" in summary:
         t = summary["tiles"]
         lines.append(f"  costs: {summary['name']}: {t['table']} of {t['table'] + t['analytic']} "
-                     f"tiles from the table, {t['analytic']} analytic")
+                     f"tiles from the table, {t['analytic']} analytic"
+                     + (f" ({t['scaled']} scaled by their op's measured efficiency)"
+                        if t.get("scaled") else ""))
     else:
         lines.append(f"  costs: {out['cost_model']}")
     return {"text": "\n".join(lines), **out}

@@ -238,17 +238,29 @@ class TableCostModel(MeasuredCostModel):
     ``source``: what the table is (a file name, a packaged profile) for the
     reports. The model counts the distinct tiles it was asked for:
     :meth:`coverage` says how many came from the table and how many from
-    the analytic fallback (``legionpy simulate`` prints it)."""
+    the analytic fallback (``legionpy simulate`` prints it).
+
+    ``scale_fallback``: a missing tile of an operator whose configuration
+    (kind, attributes, dtype, device kind) the table holds at other tile
+    shapes costs the analytic time times the median measured/analytic ratio
+    of those entries (forward and backward apart): the op's measured
+    efficiency carried to the shapes nobody measured. Without it a search
+    would favour exactly the tiles the profile lacks, whose roofline times
+    are optimistic next to measured ones. It depends only on the table and
+    the op, so every simulation of a strategy gets the same times."""
 
     def __init__(self, table: dict, fallback: bool = True, source: str = "",
-                 **analytic) -> None:
+                 scale_fallback: bool = False, **analytic) -> None:
         super().__init__(None, None, **analytic)
         self.table = dict(table)
         self.fallback = fallback
         self.source = source
+        self.scale_fallback = scale_fallback
         self.hits: set[str] = set()
         self.misses: set[str] = set()
+        self.scaled: set[str] = set()
         self._lookups: dict = {}
+        self._configs: dict | None = None
 
     @classmethod
     def from_json(cls, path: str, fallback: bool = True) -> TableCostModel:
@@ -269,16 +281,51 @@ class TableCostModel(MeasuredCostModel):
                                     "analytic fallback")
             self.misses.add(key)
             r = AnalyticCostModel.op_time(self, op, out, device)
+            ratio = self._efficiency(op, key, device) if self.scale_fallback else None
+            if ratio is not None:
+                self.scaled.add(key)
+                r = (max(MIN_DURATION, r[0] * ratio[0]), max(MIN_DURATION, r[1] * ratio[1]))
         else:
             self.hits.add(key)
             r = (max(MIN_DURATION, hit[0]), max(MIN_DURATION, hit[1]))
         self._lookups[memo] = r
         return r
 
+    def _efficiency(self, op, key: str, device: DeviceSpec) -> tuple[float, float] | None:
+        """Median (forward, backward) measured/analytic ratios of the table's
+        entries for ``op``'s configuration at other tile shapes (None: none)."""
+        if self._configs is None:
+            self._configs = {}
+            for k, v in self.table.items():
+                parts = k.rsplit("|", 4)
+                if len(parts) == 5 and parts[2].startswith("out="):
+                    try:
+                        shape = tuple(int(x) for x in parts[2][5:-1].split(",") if x.strip())
+                    except ValueError:
+                        continue
+                    self._configs.setdefault((parts[0], parts[3], parts[4]), []).append(
+                        (shape, v))
+        parts = key.rsplit("|", 4)
+        entries = self._configs.get((parts[0], parts[3], parts[4]))
+        if not entries:
+            return None
+        rf, rb = [], []
+        for shape, (f, b) in entries:
+            if len(shape) != len(op.output_shape):
+                continue
+            fa, ba = AnalyticCostModel.op_time(self, op, Rect((0,) * len(shape), shape), device)
+            rf.append(max(f, MIN_DURATION) / fa)
+            rb.append(max(b, MIN_DURATION) / ba)
+        if not rf:
+            return None
+        return float(statistics.median(rf)), float(statistics.median(rb))
+
     def coverage(self) -> dict[str, int]:
-        """``{"table": n, "analytic": m}``: distinct tiles asked for so far that
-        the table held, and that fell back to the analytic model."""
-        return {"table": len(self.hits), "analytic": len(self.misses)}
+        """``{"table": n, "analytic": m, "scaled": k}``: distinct tiles asked
+        for so far that the table held, that fell back to the analytic model,
+        and how many of those were scaled by their op's measured efficiency."""
+        return {"table": len(self.hits), "analytic": len(self.misses),
+                "scaled": len(self.scaled)}
 
 
 def default_cost_model(machine=None) -> CostModel:

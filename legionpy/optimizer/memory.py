@@ -1,23 +1,28 @@
 """Memory feasibility: per-device peak bytes from the simulated task graph
 against each device's capacity (the one check every search method calls).
 
-What a device holds during one training iteration (FlexFlow section 5.1
-keeps every tensor of the iteration alive; so does legionpy's runtime,
-which frees nothing inside an iteration):
+What a device holds during one training iteration: what legionpy's
+runtime holds (docs/memory.md; ``tests/runtime/test_instances_tiles.py``
+checks the runtime's measured peak against this within 10%):
 
 ==================  ========================================================
 ``activations``     every output tile a forward task writes, kept for the
-                    backward pass, and its gradient (2x the tile)
-``copies``          every tile received by a copy (activation halos and
-                    weight replicas fetched from their update homes) and the
-                    gradient buffer that goes back (2x the copied bytes)
+                    backward pass, and its gradient instance (2x the tile)
+``copies``          every piece received by a forward copy (activation halos
+                    and weight replicas fetched from their update homes)
 ``parameters``      every update shard homed on the device: weight and
-                    gradient (2x) plus the optimizer state
+                    gradient instance (2x) plus the optimizer state
                     (``optimizer_slots`` x: 0 plain SGD, 1 momentum, 2 Adam)
+``buffers``         reduction buffers (:meth:`TaskGraph.buffer_bytes`): every
+                    weight-gradient buffer (they wait for the updates), the
+                    largest of any one block's other buffers (activation
+                    gradients, a home's staged shards: consumed one block at
+                    a time), and the slack of instances that are bounding
+                    boxes of rects which do not tile them
 ==================  ========================================================
 
-The sum per device is its peak (nothing is freed within an iteration).
-A strategy is *feasible* when no device's peak exceeds its memory.
+The sum per device is its peak. A strategy is *feasible* when no device's
+peak exceeds its memory.
 
 >>> from legionpy import models
 >>> from legionpy.optimizer import Machine, Simulator, Strategy
@@ -51,7 +56,7 @@ __all__ = ["Feasibility", "feasibility", "check", "search_cost", "INFEASIBLE_BAS
 #: worst device's overflow as a fraction of its capacity); far above any
 #: simulated iteration, so every feasible strategy ranks first
 INFEASIBLE_BASE_S = 1e4
-CATEGORIES = ("activations", "copies", "parameters")
+CATEGORIES = ("activations", "copies", "parameters", "buffers")
 
 
 def format_bytes(b: float) -> str:
@@ -134,6 +139,7 @@ def check(sim) -> Feasibility:
     kind, dev, mb = tg.kind[a], tg.mdev[a], tg.mbytes[a]
     cat = np.where(kind == COPY, 1, np.where(kind == UPDATE, 2, 0))
     per = np.bincount(cat * D + dev, mb, minlength=3 * D).reshape(3, D)
+    per = np.vstack([per, tg.buffer_bytes()[None, :]])
     total = per.sum(0)
     peak, cap, over, brk = {}, {}, {}, {}
     for d in range(D):

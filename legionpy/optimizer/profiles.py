@@ -33,8 +33,9 @@ that says what was measured::
 Loading (:func:`preset_cost_model`): the preset's default cost model
 becomes a ``TableCostModel`` over the merged tables, keyed for the preset's
 device kind, with the analytic roofline of the preset's figures for every
-tile the profile lacks (``legionpy simulate`` says how many tiles came from
-each). A profile recorded on the *emulated* GPU backend (numpy timings
+tile the profile lacks, scaled by that operator's measured efficiency when
+the profile holds it at other tile shapes (``legionpy simulate`` says how
+many tiles came from each). A profile recorded on the *emulated* GPU backend (numpy timings
 wearing a GPU's name) is never loaded: it is listed as refused, with the
 reason, by ``legionpy machines``. A profile recorded on another device kind
 (a CPU profile placed there, e.g. by a test) is re-keyed to the preset's
@@ -251,6 +252,7 @@ def preset_cost_model(preset: str, kind: str = "gpu") -> TableCostModel | None:
     prof = preset_profile(preset)
     if prof is None:
         return None
-    cm = TableCostModel(prof.table_for(kind), fallback=True, source=prof.source)
+    cm = TableCostModel(prof.table_for(kind), fallback=True, source=prof.source,
+                        scale_fallback=True)
     cm.profile = prof
     return cm

@@ -134,7 +134,7 @@ def replicated_block(tg, shards, reads, reducers, L, item, updates):
     ii, cc = np.nonzero(fdev_a[:, None] != home[None, :])
     n = np.arange(len(ii)) - np.searchsorted(ii, ii)
     fcols, _, flast, fchain = copy_chains(
-        tg, home[cc], fdev_a[ii], nb[cc], np.array(fkey, np.int64)[ii] + 16 * n, 2 * nb[cc])
+        tg, home[cc], fdev_a[ii], nb[cc], np.array(fkey, np.int64)[ii] + 16 * n, nb[cc])
     nf = len(fcols[0])
     edges = [fchain, np.stack([flast, np.array(fopc, np.int64)[ii]], 1)]
     for i, opc in later:  # data already valid on the device: depend on its copies

@@ -11,11 +11,12 @@ simulation (Algorithm 2) over the task graph of :mod:`.taskgraph`.
 
 Reports (:class:`SimResult`): iteration time (s), busy seconds per compute
 device and per link, bytes per link, and a static memory estimate per device:
-every output tile and its gradient, every received input copy and its
-gradient, and each update shard held (weight + gradient + optimizer state)
--- FlexFlow does not reuse activation memory within an iteration, nor does
-legionpy (:mod:`.memory` has the rules and the feasibility API every search
-calls). A strategy whose estimate exceeds a device's capacity is
+every output tile and its gradient, every received input copy, each update
+shard held (weight + gradient + optimizer state) and the reduction buffers
+the runtime holds at its peak -- FlexFlow does not reuse activation memory
+within an iteration, nor does legionpy (:mod:`.memory` has the rules and the
+feasibility API every search calls; docs/memory.md the runtime's side). A
+strategy whose estimate exceeds a device's capacity is
 *infeasible*: ``SimResult.feasible`` is False, :meth:`Simulator.simulate`
 returns ``inf`` and :attr:`SimResult.search_cost` a penalty above every
 feasible strategy that shrinks with the overflow; the schedule itself is
@@ -172,6 +173,7 @@ class Simulator:
         D = tg.D
         busy, nbytes, mem, last, n = K.summarize(tg.alive, tg.res, tg.dur, tg.kind, tg.nbytes,
                                                  tg.mdev, tg.mbytes, tg.end, tg.n_res, D, COPY)
+        mem = mem + tg.buffer_bytes()  # reduction and staging buffers (optimizer/memory.py)
         bad = [m.devices[d].name for d in range(D) if mem[d] > m.devices[d].memory]
         cap = {m.devices[d].name: float(m.devices[d].memory) for d in range(D)}
         links = {ln.name: float(busy[D + ln.id]) for ln in m.links if busy[D + ln.id] > 0}

@@ -117,6 +117,44 @@ def _pkey(p):
     return (p[0], p[1])
 
 
+def _reduce(st, req, bufs: dict):
+    """``st`` after reduction ``req``; ``bufs[buffer] = (memory, bounding
+    rect)`` of the buffer it accumulates into (what the runtime allocates)."""
+    plan, st = st.access(req, _no_id)
+    got = bufs.get(plan.buffer)
+    bufs[plan.buffer] = (req.memory, req.rect if got is None else got[1].bounding(req.rect))
+    return st
+
+
+def _buffer_bytes(bufs: dict, item: int, tmem: dict) -> None:
+    """Add the bytes of the reduction buffers ``bufs`` to ``tmem`` per device."""
+    for dev, r in bufs.values():
+        tmem[dev] = tmem.get(dev, 0.0) + float(r.volume * item)
+
+
+def _slack(own: dict, reads: list, tasks: list, item: int) -> dict:
+    """Bytes per device by which an instance, the bounding box of the rects
+    a device uses (``own`` {device: [rects]} and ``reads`` [(rect, device)]),
+    exceeds what the tasks count: its own rects plus the copies it receives
+    (``tasks``' copy rows, memory bytes on their destination)."""
+    rects: dict = {d: list(rs) for d, rs in own.items()}
+    for r, d in reads:
+        rects.setdefault(d, []).append(r)
+    counted = {d: float(sum(r.volume for r in rs) * item) for d, rs in own.items()}
+    for t in tasks:
+        if t[3] == COPY and t[6]:
+            counted[t[5]] = counted.get(t[5], 0.0) + t[6]
+    out = {}
+    for d, rs in rects.items():
+        box = rs[0]
+        for r in rs[1:]:
+            box = box.bounding(r)
+        extra = float(box.volume * item) - counted.get(d, 0.0)
+        if extra > 0:
+            out[d] = extra
+    return out
+
+
 def _no_id():
     raise AssertionError("internal: a reduction access made a copy")
 
@@ -126,9 +164,9 @@ class _Block:
     ``ends``: copies ``src * 65536 + dst`` (devices of the whole copy), else -1."""
 
     __slots__ = ("key", "dur", "res", "kind", "nbytes", "mdev", "mbytes", "ends", "esrc",
-                 "edst")
+                 "edst", "tmem", "thold")
 
-    def __init__(self, tasks, edges):
+    def __init__(self, tasks, edges, tmem=None, thold=None):
         cols = list(zip(*tasks)) if tasks else [()] * 8
         self.key = np.array(cols[0], np.int64)
         self.dur = np.array(cols[1], np.float64)
@@ -140,9 +178,13 @@ class _Block:
         self.ends = np.array(cols[7], np.int64)
         e = np.array(edges, np.int64).reshape(-1, 2)
         self.esrc, self.edst = e[:, 0].copy(), e[:, 1].copy()
+        #: {device: bytes} of the block's reduction and staging buffers that
+        #: live one block at a time (``tmem``) or up to the updates (``thold``:
+        #: weight gradients), see :meth:`TaskGraph.buffer_bytes`
+        self.tmem, self.thold = tmem or {}, thold or {}
 
     @classmethod
-    def from_arrays(cls, cols, edges: np.ndarray) -> _Block:
+    def from_arrays(cls, cols, edges: np.ndarray, tmem=None, thold=None) -> _Block:
         """A block from task columns (key, dur, res, kind, nbytes, mdev,
         mbytes, ends) and an (m, 2) array of edge codes."""
         b = cls.__new__(cls)
@@ -152,6 +194,7 @@ class _Block:
             setattr(b, name, np.ascontiguousarray(c, dtype=dt))
         e = np.asarray(edges, np.int64).reshape(-1, 2)
         b.esrc, b.edst = e[:, 0].copy(), e[:, 1].copy()
+        b.tmem, b.thold = tmem or {}, thold or {}
         return b
 
 
@@ -199,6 +242,13 @@ class TaskGraph:
         self.fslot = np.full((len(ops), MAXT), -1, np.int64)
         self.bslot = np.full((len(ops), MAXT), -1, np.int64)
         self.live_tasks: dict = {}  # block id -> slots
+        #: buffers (see buffer_bytes): a row of per-device bytes per live block
+        #: with any (``_brow``: block id -> row), and the sum of held buffers
+        self._brow: dict = {}
+        self._bmax = np.zeros((0, self.D))
+        self._bheld = np.zeros(self.D)
+        self._live_blk: dict = {}  # block id -> the installed _Block
+        self._bfree: list = []  # free rows of _bmax
         self.live_edges: dict = {}
         self.strategy = None
         self._alloc(1024, 2048)
@@ -420,9 +470,10 @@ class TaskGraph:
                 if d is not None:
                     edges.append((d, opc))
 
-    def _access(self, st, req, key0, itemsize, mem_factor, tasks, edges, cmap):
+    def _access(self, st, req, key0, itemsize, mem_factor, tasks, edges, cmap, tmem=None):
         """Run one access of the coherence state machine; emit its copies (key
-        ``key0 + n * 16`` for the n-th) and dependence edges to ``req.op``."""
+        ``key0 + n * 16`` for the n-th) and dependence edges to ``req.op``;
+        a copy of a reduction buffer adds its staging bytes to ``tmem``."""
         ids = [0]
 
         def new_id():
@@ -439,6 +490,8 @@ class TaskGraph:
                 if r is not None:
                     edges.append((r, first))
             cmap[cp.id] = last
+            if cp.buffer is not None and tmem is not None:
+                tmem[cp.dst] = tmem.get(cp.dst, 0.0) + nb
         for d in plan.deps:
             r = _code(d, cmap)
             if r is not None:
@@ -482,34 +535,49 @@ class TaskGraph:
                 return blk
         reads = [(need, dev, _ext(c, 0, k), pack_key(c, 1, k, 1 + i))
                  for c, k, dev, i, need in self._needs_of(prod, cons)]  # forward reads
+        tmem: dict = {}  # reduction and staging buffers (docs/memory.md)
         if cp.reduce > 1:  # F(p, (k, r)) reduce into the zero-filled output
             st = FieldState.filled(prod.output_rect, 0)
+            bufs: dict = {}
             for j, (t, _) in enumerate(self.points(p, cp)):
-                st = st.access(Request(t, "reduce", cp.devices[j], _ext(p, 0, j), "+",
-                                       (p, j, -1)), _no_id)[1]
+                st = _reduce(st, Request(t, "reduce", cp.devices[j], _ext(p, 0, j), "+",
+                                         (p, j, -1)), bufs)
             for r, dev, opc, key0 in reads:
-                st = self._access(st, Request(r, "read", dev, opc), key0, item, 2, tasks,
-                                  edges, cmap)
+                st = self._access(st, Request(r, "read", dev, opc), key0, item, 1, tasks,
+                                  edges, cmap, tmem)
+            _buffer_bytes(bufs, item, tmem)
         elif self.fast_reads:
             self._fast_reads([[t.lo, t.hi, t, {cp.devices[j]: _ext(p, 0, j)}, cp.devices[j]]
-                              for j, t in enumerate(tiles)], reads, item, 2, tasks, edges)
+                              for j, t in enumerate(tiles)], reads, item, 1, tasks, edges)
         else:
             st = FieldState([Piece(t, {cp.devices[j]: _ext(p, 0, j)}, owner=cp.devices[j])
                              for j, t in enumerate(tiles)])
             for r, dev, opc, key0 in reads:
-                st = self._access(st, Request(r, "read", dev, opc), key0, item, 2, tasks,
+                st = self._access(st, Request(r, "read", dev, opc), key0, item, 1, tasks,
                                   edges, cmap)
         if prod.has_backward and p != P - 1:
             st = FieldState.filled(prod.output_rect, 0)
             backward = [(c, cc) for c, cc in reversed(cons) if ops[c].has_backward]
+            gbufs: dict = {}
             for c, k, dev, i, need in self._needs_of(prod, backward):  # reductions
-                st = st.access(Request(need, "reduce", dev, _ext(c, 1, k), "+", (c, k, i)),
-                               _no_id)[1]
+                st = _reduce(st, Request(need, "reduce", dev, _ext(c, 1, k), "+", (c, k, i)),
+                             gbufs)
+            gmem: dict = {}
             for j, (t, _) in enumerate(self.points(p, cp)):  # B(p, j) reads its grad tile
                 st = self._access(st, Request(t, "read", cp.devices[j], _ext(p, 1, j)),
                                   pack_key(2 * P - 1 - p, 1, j, 0), item, 0, tasks, edges,
-                                  cmap)
-        return _Block(tasks, edges)
+                                  cmap, gmem)
+            _buffer_bytes(gbufs, item, gmem)
+            for d, b in gmem.items():  # forward and backward buffers are never live together
+                tmem[d] = max(tmem.get(d, 0.0), b)
+        own: dict = {}
+        for j, (t, _) in enumerate(self.points(p, cp)):
+            own.setdefault(cp.devices[j], []).append(t)
+        thold = _slack(own, [(r, dev) for r, dev, _, _ in reads], tasks, item)
+        if prod.has_backward and p != P - 1:  # the grad instance: the own tiles' box
+            for d, b in _slack(own, [], [], item).items():
+                thold[d] = thold.get(d, 0.0) + b
+        return _Block(tasks, edges, tmem, thold)
 
     def _aligned_tensor_block(self, p: int, cp, cons, tiles) -> _Block | None:
         """The tensor block when every consumer tile ``k`` reads exactly the
@@ -533,13 +601,17 @@ class TaskGraph:
                     return None
             fwd.append(len(ins))
             bwd.append(ops[c].has_backward)
+        tmem: dict = {}
+        if prod.has_backward and p != P - 1 and any(bwd):  # one local buffer per tile
+            for t, d in zip(tiles, cp.devices):
+                tmem[d] = tmem.get(d, 0.0) + float(t.volume * prod.itemsize)
         ks = np.arange(n)
         e = [np.zeros((0, 2), np.int64)]
         for (c, _), m, hb in zip(cons, fwd, bwd):
             e.append(np.repeat(np.stack([_ext(p, 0, ks), _ext(c, 0, ks)], 1), m, axis=0))
             if hb and prod.has_backward and p != P - 1:
                 e.append(np.stack([_ext(c, 1, ks), _ext(p, 1, ks)], 1))
-        return _Block.from_arrays([()] * 8, np.concatenate(e))
+        return _Block.from_arrays([()] * 8, np.concatenate(e), tmem)
 
     def _param_block(self, w: int, cfgs) -> _Block:
         param = self.params[w]
@@ -592,24 +664,74 @@ class TaskGraph:
                     and los == sorted(los)):
                 cols, e = replicated_block(self, points, [x[1:] for x in reads],
                                            [x[1:3] for x in reducers], L, item, updates)
-                return _Block.from_arrays(cols, e)
+                # one whole-tile buffer per reducing device; each home stages
+                # its shard of every other device's buffer
+                devs = {x[1] for x in reducers}
+                tmem: dict = {}
+                for r, home in points:
+                    staged = len(devs - {home}) * float(r.volume * item)
+                    if staged:
+                        tmem[home] = tmem.get(home, 0.0) + staged
+                return _Block.from_arrays(cols, e, tmem,
+                                          dict.fromkeys(devs, float(whole.volume * item)))
         if self.fast_reads:
             self._fast_reads([[s.rect.lo, s.rect.hi, s.rect, s.valid, s.owner] for s in shards],
-                             reads, item, 2, tasks, edges)
+                             reads, item, 1, tasks, edges)
         else:
             st = FieldState(shards)
             for r, dev, opc, key0 in reads:
-                st = self._access(st, Request(r, "read", dev, opc), key0, item, 2, tasks,
+                st = self._access(st, Request(r, "read", dev, opc), key0, item, 1, tasks,
                                   edges, cmap)
         st = FieldState(shards)
+        bufs: dict = {}
         for r, dev, code, buf in reducers:
-            st = st.access(Request(r, "reduce", dev, code, "+", buf), _no_id)[1]
+            st = _reduce(st, Request(r, "reduce", dev, code, "+", buf), bufs)
+        tmem: dict = {}
         for t, (r, home) in enumerate(points):
             tasks.append(updates[t])
             u = len(tasks) - 1
             st = self._access(st, Request(r, "read_write", home, u), pack_key(L, 1, t, 0),
-                              item, 0, tasks, edges, cmap)
-        return _Block(tasks, edges)
+                              item, 0, tasks, edges, cmap, tmem)
+        home: dict = {}
+        for r, h in points:
+            home.setdefault(h, []).append(r)
+        thold = _slack(home, [(r, dev) for r, dev, _, _ in reads], tasks, item)
+        _buffer_bytes(bufs, item, thold)
+        return _Block(tasks, edges, tmem, thold)
+
+    def buffer_bytes(self) -> np.ndarray:
+        """Bytes per device of the reduction and staging buffers at their
+        peak (docs/memory.md; a buffer lives from its first reducer to its
+        last copy or fold): every weight-gradient buffer (they wait for the
+        updates that end the step) plus the largest of the others, which
+        one block at a time holds (activation gradients are consumed by the
+        next backward task, a home's staged shards by its update)."""
+        m = self._bmax
+        return self._bheld + (m.max(0) if len(m) else 0.0)
+
+    def _add_buffers(self, bid, blk: _Block) -> None:
+        """Count block ``bid``'s buffers (install)."""
+        for d, b in blk.thold.items():
+            self._bheld[d] += b
+        if blk.tmem:
+            if not self._bfree:  # double the rows; the new ones are free
+                n = len(self._bmax)
+                self._bmax = np.vstack([self._bmax, np.zeros((max(n, 8), self.D))])
+                self._bfree = list(range(len(self._bmax) - 1, n - 1, -1))
+            i = self._brow[bid] = self._bfree.pop()
+            for d, b in blk.tmem.items():
+                self._bmax[i, d] = b
+
+    def _drop_buffers(self, bid, blk: _Block | None) -> None:
+        """Stop counting block ``bid``'s buffers (removal)."""
+        if blk is None:
+            return
+        for d, b in blk.thold.items():
+            self._bheld[d] -= b
+        i = self._brow.pop(bid, None)
+        if i is not None:
+            self._bmax[i] = 0.0
+            self._bfree.append(i)
 
     # -- installing blocks -------------------------------------------------------------
     def _block_ids(self, o: int) -> list:
@@ -671,6 +793,8 @@ class TaskGraph:
             self.bslot[o, :] = -1
             self._set_fb(blk.key, slots)
         self.live_tasks[bid] = slots
+        self._live_blk[bid] = blk
+        self._add_buffers(bid, blk)
         src, dst = self._resolve(blk.esrc, slots), self._resolve(blk.edst, slots)
         m = len(src)
         if m > self.nfree_e:
@@ -709,6 +833,7 @@ class TaskGraph:
         (prev, next) rows, targets of its edges)."""
         eids = self.live_edges.pop(bid)
         slots = self.live_tasks.pop(bid)
+        self._drop_buffers(bid, self._live_blk.pop(bid, None))
         K.unlink_edges(eids, *self._lists())
         self.ealive[eids] = False
         self._release(eids, edges=True)
@@ -748,6 +873,11 @@ class TaskGraph:
             getattr(self, f)[:N] = np.concatenate([getattr(b, f) for b in blks])
         self.alive[:N] = True
         self.live_tasks = {b: np.arange(toff[i], toff[i + 1]) for i, b in enumerate(bids)}
+        self._live_blk = dict(zip(bids, blks))
+        self._brow, self._bmax, self._bheld = {}, np.zeros((0, self.D)), np.zeros(self.D)
+        self._bfree = []
+        for b, blk in zip(bids, blks):
+            self._add_buffers(b, blk)
         self.live_edges = {b: np.arange(eoff[i], eoff[i + 1]) for i, b in enumerate(bids)}
         n_op = int(toff[len(ops)])
         self.fslot[:] = -1

@@ -119,7 +119,6 @@ class Runtime:
             from .replication import Replicator
 
             self.repl = Replicator(self, cl)
-            self.instances.whole_roots = True
             Op.show_rank = True
             atexit.register(self._exit_fence)
         #: Stand-in hook (tests of invariant 3, docs/taskgraph.md): when set,

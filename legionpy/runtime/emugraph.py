@@ -59,7 +59,7 @@ import numpy as np
 
 from ..errors import GraphCaptureError
 
-__all__ = ["begin_capture", "end_capture", "abort", "capturing", "host_sync",
+__all__ = ["begin_capture", "end_capture", "abort", "capturing", "host_sync", "probe",
            "Graph", "stats", "reset_stats"]
 
 _tls = threading.local()
@@ -154,9 +154,25 @@ def abort() -> None:
         _bump("invalidated")
 
 
+def probe(run: Callable[[], Any]) -> str | None:
+    """Run ``run()`` normally (nothing is captured) and return the first host
+    synchronisation it made that a capture would refuse, or None: what the
+    runtime asks before capturing a body for the first time."""
+    prev = getattr(_tls, "probe", None)
+    _tls.probe = []
+    try:
+        run()
+        return _tls.probe[0] if _tls.probe else None
+    finally:
+        _tls.probe = prev
+
+
 def host_sync(what: str) -> None:
     """Called by emugpu before a host transfer or synchronisation: illegal
-    while this thread captures."""
+    while this thread captures (noted while it probes)."""
+    seen = getattr(_tls, "probe", None)
+    if seen is not None:
+        seen.append(what)
     cap = capturing()
     if cap is not None:
         if cap.invalid is None:

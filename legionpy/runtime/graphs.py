@@ -28,15 +28,18 @@ with the segment's last member; the runner waits for every outside
 dependence of the members and then
 
 - ``launch``: launches the segment's graph (the steady state);
+- ``probe`` (emulated backend, a segment's first run): runs the bodies live
+  under a probe that notes host synchronisations (those ops become live);
 - ``capture``: captures the members' bodies on the device's compute stream,
-  ends the capture and launches the graph once (first replay, or after an
+  ends the capture and launches the graph once (the next replay, or after an
   invalidation);
 - ``live``: runs the members' bodies in order (an op turned out not to be
   capturable, or the graph is stale).
 
 Capturable: a point task (PointBody) on a GPU of this process, without
-Future arguments, whose prologue folds no staged copy (a staging array is
-made anew by each copy), and not found live. An op is found *live* when
+Future arguments, whose prologue folds no staged copy (a staging array
+comes from a pool at each copy), and not found live. An op is found *live*
+when
 
 - capturing it raised GraphCaptureError (a host transfer or
   synchronisation: ``.item()``, ``float()``, ``cupy.asarray`` of host data,
@@ -62,16 +65,20 @@ The segments are rebuilt at the next replay.
 Copies run live (emulated copies stage through the host; a capturable peer
 copy on link streams is future work).
 
-Memory: a graph writes the addresses it captured. Instances and reduction
-buffers are fixed across replays (tracing resets buffers in place); the
-temporaries a capture allocates are kept for the graph's life (emulated:
-the graph holds its arrays; CuPy: a capture-time allocator,
-``cupy.cuda.using_allocator``, whose allocations the segment keeps). A
-grown instance (``Instances.generation`` changed) makes every graph of the
-trace stale, and so does a reduction buffer it uses that was replaced
-(dropped at a fence, or grown): the segment is captured again (its bodies
-make the buffers anew); a re-recorded trace (``set_strategy``, a new
-mapper) drops its graphs with it.
+Memory: a graph writes the addresses it captured. Instances are fixed
+across replays; the temporaries a capture allocates are kept for the
+graph's life (emulated: the graph holds its arrays; CuPy: a capture-time
+allocator, ``cupy.cuda.using_allocator``, whose allocations the segment
+keeps). Reduction buffers come from a pool at every step and go back after
+their last consumer (docs/memory.md): a launch first takes the buffers its
+graph made back out of the pool (all or none), checks that the buffers made
+before it are the captured arrays, and reports the folds it ran as
+consumed; a buffer made and consumed inside one graph is the graph's own.
+A grown instance (``Instances.generation``), a buffer that is not the
+captured array, or a group's Python running elsewhere makes a graph stale:
+it is captured again, and past ``STALE_LIMIT`` times in a row (no launch
+between) its segment runs live for good. A re-recorded trace
+(``set_strategy``, a new mapper) drops its graphs with it.
 
 ``LEGIONPY_CUDA_GRAPHS=0`` turns graphs off. A trace with an op on a CPU
 device or another rank, or replayed in readiness order
@@ -89,9 +96,16 @@ import numpy as np
 
 from ..errors import GraphCaptureError, TaskError
 from .body import PointBody
+from .graphcap import CupyCapture, EmuCapture, buffer_keys, reclaim, take_out
 from .scheduler import Op
 
 __all__ = ["Graphs", "Plan", "Segment", "enabled"]
+
+
+#: a segment whose graph went stale more often than this in a row, without a
+#: launch between, runs live from then on (it would be captured at every
+#: step; a fence, which drops the buffers, costs one capture and counts once)
+STALE_LIMIT = 2
 
 
 def enabled() -> bool:
@@ -103,7 +117,7 @@ class Segment:
     """A run of one GPU's fixed order captured as one graph."""
 
     __slots__ = ("queue", "k", "members", "graph", "gen", "args", "keep", "captures",
-                 "launches", "when", "bufs")
+                 "launches", "when", "bufs", "probed", "consumes", "stale")
 
     def __init__(self, queue: int, k: int, members: tuple[int, ...]) -> None:
         self.queue, self.k, self.members = queue, k, members
@@ -113,9 +127,14 @@ class Segment:
         self.keep: list = []  # CuPy: the capture's allocations
         self.captures = self.launches = 0
         self.when = -1  # the replay (Graphs.replays) that captured it
-        #: [(key, entry)]: the reduction buffers its graph uses, as captured
-        #: (a fence drops them, a grown one is replaced: then it is stale)
-        self.bufs: list[tuple[Any, Any]] = []
+        #: [(key, array, rect, memory, made by the capture?)]: the reduction
+        #: buffers its graph uses (see Replay._buffers)
+        self.bufs: list[tuple] = []
+        self.probed = False  # its members ran once under a probe for host syncs
+        self.stale = 0  # stale in a row, no launch between (past STALE_LIMIT: live)
+        #: reduction buffers its members' prologues fold (their graph reads
+        #: them): a launch reports each consumed, as the folds' Python would
+        self.consumes: list = []
 
     def __repr__(self) -> str:
         return f"<Segment GPU {self.queue}: ops {list(self.members)}>"
@@ -293,6 +312,7 @@ class Graphs:
             if other is not seg and other.graph is not None and other.when != now and any(
                     plan.group_of.get(o) in keys for o in other.members):
                 other.graph, other.keep = None, []
+                other.stale += 1
                 self.stats["stale"] += 1
 
     def dropped(self, recordings: Any) -> None:
@@ -309,7 +329,7 @@ class Graphs:
     def backend(self) -> Any:
         if self.cap is None:
             from .gpu import backend
-            self.cap = _EmuCapture() if backend().name == "emulated" else _CupyCapture()
+            self.cap = EmuCapture() if backend().name == "emulated" else CupyCapture()
         return self.cap
 
     def stream(self, seg: Segment) -> Any:
@@ -386,12 +406,18 @@ class Replay:
             if not full or vol or live:
                 gr.close_group(plan, set(live) | set(vol) | (set() if full else set(offs)))
                 return self._live(seg, offs, ops)
-            if seg.graph is not None and (seg.gen != inst.generation or any(
-                    inst.redbufs.get(k) is not e for k, e in seg.bufs)):
+            if seg.graph is not None and (seg.gen != inst.generation
+                                          or not self._buffers(seg)):
                 seg.graph, seg.keep = None, []
+                seg.stale += 1
                 gr.stats["stale"] += 1
+            if seg.graph is None and seg.stale > STALE_LIMIT:  # it would capture every step
+                gr.close_group(plan, set(offs))
+                return self._live(seg, offs, ops)
             if seg.graph is not None:
                 return self._launch(seg, ops)
+            if not seg.probed and gr.backend().can_probe:
+                return self._probe(seg, offs, ops)
             return self._capture(seg, offs, ops)
         runner.fn = run
         return runner, self.deps.pop(sid)
@@ -412,48 +438,124 @@ class Replay:
         for op, _ in ops:
             op.start, op.end = t0, t1
         if replay:  # not the launch that completes a capture
+            consumed = gr.rt.instances.consumed
+            for key in seg.consumes:
+                consumed(key)
             seg.launches += 1
+            seg.stale = 0
             gr.stats["launched"] += 1
             gr.stats["replaced"] += len(ops)
+
+    def _probe(self, seg: Segment, offs: list[int], ops: list) -> None:
+        """First run of a segment: its bodies run live, each under a probe
+        that notes the host synchronisations a capture would refuse; those
+        ops (and their groups) are live from now on, the rest is captured at
+        the next replay. (A capture that fails must run its bodies again,
+        Python side effects included; the probe runs each body once.)"""
+        gr, plan = self.gr, self.plan
+        be = gr.backend()
+        bad = {}
+        for o, (op, body) in zip(offs, ops):
+            why = be.probe(seg.k, lambda op=op, body=body: _run(op, body))
+            if why:
+                bad[o] = why
+        seg.probed = True
+        gr.ran_python(plan, seg, offs, self.number)
+        if bad:
+            gr.stats["capture_failed"] += len(bad)
+            gr.close_group(plan, set(bad))
+            for o, why in bad.items():
+                _debug(gr.rt, f"trace {plan.rec.name!r}: {self.cur[o].describe()} cannot be "
+                              f"captured ({why}: a host synchronisation); it runs live from "
+                              "now on")
 
     def _capture(self, seg: Segment, offs: list[int], ops: list) -> None:
         gr, plan = self.gr, self.plan
         at = [0]
+        inst = gr.rt.instances
+        red = inst.redbufs
+        keys = {k: red.get(k) for _, body in ops for k in buffer_keys(body)}
+        seen: dict = {}  # key -> {id(array): (array, memory)} used during the capture
 
         def bodies() -> None:
             for i, (op, body) in enumerate(ops):
                 at[0] = i
                 _run(op, body)
+                for k in keys:
+                    e = red.get(k)
+                    if e is not None:
+                        seen.setdefault(k, {})[id(e[0])] = (e[0], inst.redmem.get(k, -1))
         be = gr.backend()
         try:
             graph, keep = be.capture(seg.k, gr.stream(seg), bodies)
         except GraphCaptureError as exc:
-            bad = {offs[at[0]]: exc}
-            for i in range(at[0] + 1, len(ops)):  # find the others now, not one per replay
-                try:
-                    be.capture(seg.k, gr.stream(seg), lambda i=i: _run(*ops[i]))
-                except GraphCaptureError as exc2:
-                    bad[offs[i]] = exc2
-            gr.stats["capture_failed"] += len(bad)
-            gr.close_group(plan, set(bad))
-            for o, e in bad.items():
-                _debug(gr.rt, f"trace {plan.rec.name!r}: {self.cur[o].describe()} cannot be "
-                              f"captured ({e}); it runs live from now on")
+            gr.stats["capture_failed"] += 1
+            gr.close_group(plan, {offs[at[0]]})
+            _debug(gr.rt, f"trace {plan.rec.name!r}: {ops[at[0]][0].describe()} cannot be "
+                          f"captured ({exc}); it runs live from now on")
             for op, _ in ops:
                 op.result = None
             return self._live(seg, offs, ops)
         returned = {o for o, (op, _) in zip(offs, ops) if op.result is not None}
         if returned:
             gr.close_group(plan, returned)  # results: live from the next replay on
-        seg.graph, seg.keep, seg.gen = graph, keep, gr.rt.instances.generation
+        seg.graph, seg.keep, seg.gen = graph, keep, inst.generation
         seg.args = {o: _plain(body) for o, (_, body) in zip(offs, ops)}
-        red = gr.rt.instances.redbufs
-        seg.bufs = [(k, red.get(k)) for _, body in ops for k in _buffer_keys(body)]
+        seg.consumes = [a.buffer for _, body in ops for _, _, acts in body.prologues or ()
+                        for a in acts if getattr(a, "buffer", None) is not None
+                        and getattr(a, "staged", None) is None]
+        seg.bufs = []
+        for k, pre in keys.items():
+            arrays = dict(seen.get(k, {}))
+            if pre is not None:
+                arrays.setdefault(id(pre[0]), (pre[0], inst.redmem.get(k, -1)))
+            post = red.get(k)
+            if len(arrays) > 1:  # grown during the capture: Python state moved on
+                gr.close_group(plan, set(offs))  # launched this once, live afterwards
+            elif pre is not None:
+                seg.bufs.append((k, pre[0], pre[1], inst.redmem.get(k, -1), False))
+            elif post is not None:
+                seg.bufs.append((k, post[0], post[1], inst.redmem.get(k, -1), True))
+            elif arrays:  # made and consumed inside the graph: its own, out of the pool
+                buf, memory = next(iter(arrays.values()))
+                if take_out(inst, buf, memory) is not None:
+                    seg.keep.append(buf)
         seg.captures += 1
         seg.when = self.number
         gr.ran_python(plan, seg, offs, self.number)
         gr.stats["captured"] += 1
         self._launch(seg, ops, replay=False)
+
+    def _buffers(self, seg: Segment) -> bool:
+        """Before a launch: are the reduction buffers the graph writes this
+        step's? A buffer made by the capture comes from the pool at every
+        step (docs/memory.md): it is taken back from the pool now, before its
+        reducer would take one, so the graph's array is this step's buffer; a
+        buffer that existed before the capture must still be the same array.
+        False: the graph is stale (captured again)."""
+        inst = self.gr.rt.instances
+        red = inst.redbufs
+        todo = []
+        for key, buf, rect, memory, made in seg.bufs:
+            got = red.get(key)
+            if got is not None:
+                if got[0] is not buf or got[1] != rect:
+                    return False
+            elif not made:
+                return False
+            else:
+                todo.append((key, buf, rect, memory))
+        done = []
+        for key, buf, rect, memory in todo:
+            if not reclaim(inst, key, buf, rect, memory):
+                for key, buf, memory in done:  # undo: the bodies will run (captured again)
+                    inst.redbufs.pop(key, None)
+                    inst.redmem.pop(key, None)
+                    inst._account(memory, -buf.nbytes, "reduction")
+                    inst.pool.give(memory, buf)
+                return False
+            done.append((key, buf, memory))
+        return True
 
     # -- early completion ---------------------------------------------------------------------
     def flush(self, offs: Any = None) -> None:
@@ -512,16 +614,6 @@ def _run(op: Op, body: Any) -> None:
         op.end = time.perf_counter()
 
 
-def _buffer_keys(body: PointBody) -> list:
-    """The reduction buffers a body accumulates into or folds from."""
-    keys = [buf[0] for _, _, specs in body.views or () for _, _, _, buf in specs
-            if buf is not None]
-    for _, _, acts in body.prologues or ():
-        keys += [a.buffer for a in acts if getattr(a, "buffer", None) is not None
-                 and getattr(a, "staged", None) is None]
-    return keys
-
-
 def _group(fn: Any) -> Any:
     """Bodies sharing Python state: methods of one object, at one point."""
     if not isinstance(fn, PointBody):
@@ -560,72 +652,3 @@ def _debug(rt: Any, msg: str) -> None:
     if rt.debug >= 1:
         import sys
         print(f"[legionpy] {msg}", file=sys.stderr, flush=True)
-
-
-# -- capture backends ------------------------------------------------------------------------
-class _EmuCapture:
-    """runtime/emugraph.py: the emulated GPUs' streams, capture and graphs."""
-
-    def __init__(self) -> None:
-        from . import emugpu, emugraph
-        self.emu, self.g = emugpu, emugraph
-
-    def capture(self, k: int, stream: Any, run: Any) -> tuple[Any, list]:
-        g = self.g
-        with self.emu.Device(k):
-            g.begin_capture(stream, k)
-            try:
-                run()
-            except BaseException:
-                g.abort()
-                raise
-            return g.end_capture(stream), []
-
-    def launch(self, graph: Any, stream: Any, k: int) -> None:
-        graph.launch(stream)
-
-
-class _CupyCapture:
-    """CuPy: ``Stream.begin_capture`` / ``end_capture``, ``Graph.launch``.
-    Allocations during a capture come from a private pool and are kept for
-    the graph's life (``cupy.cuda.using_allocator``): the graph writes them."""
-
-    def __init__(self) -> None:
-        import cupy
-        self.cp = cupy
-
-    def capture(self, k: int, stream: Any, run: Any) -> tuple[Any, list]:
-        cp = self.cp
-        pool = cp.cuda.MemoryPool()
-        keep: list = []
-
-        def malloc(nbytes: int) -> Any:
-            p = pool.malloc(nbytes)
-            keep.append(p)
-            return p
-        with cp.cuda.Device(k), stream, cp.cuda.using_allocator(malloc):
-            stream.begin_capture()
-            try:
-                run()
-            except cp.cuda.runtime.CUDARuntimeError as exc:
-                _end_quietly(stream)
-                raise GraphCaptureError(f"CUDA refused work during capture: {exc}") from exc
-            except BaseException:
-                _end_quietly(stream)
-                raise
-            try:
-                graph = stream.end_capture()
-            except cp.cuda.runtime.CUDARuntimeError as exc:
-                raise GraphCaptureError(f"the capture was invalidated: {exc}") from exc
-        return graph, keep + [pool]
-
-    def launch(self, graph: Any, stream: Any, k: int) -> None:
-        with self.cp.cuda.Device(k):
-            graph.launch(stream=stream)
-
-
-def _end_quietly(stream: Any) -> None:
-    try:
-        stream.end_capture()
-    except Exception:  # noqa: BLE001 - the capture is being abandoned anyway
-        pass

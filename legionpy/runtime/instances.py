@@ -161,9 +161,6 @@ class Instances:
         self.read_events: dict[Any, list] = {}  # GPU buffers: events of earlier consumers
         #: while a trace records: ``({buffer: consumers planned}, {dead buffers})``
         self.log: tuple[dict, set] | None = None
-        #: under MPI every instance covers its whole root for now: tile-sized
-        #: instances broke copies between ranks (MPI truncation), not yet fixed
-        self.whole_roots = False
 
     def _account(self, memory: int, delta: int, kind: str = "instances") -> None:
         with self._lock:
@@ -218,8 +215,8 @@ class Instances:
         waited for the in-flight ops first, see :meth:`covers`). Main thread."""
         key = (memory, root.uid, field)
         got = self.rects.get(key)
-        if memory < 0 or self.whole_roots:
-            rect = root.rect  # host memory (and every memory under MPI): whole roots
+        if memory < 0:
+            rect = root.rect  # host memory: whole roots
         if got is None:
             with self._lock:
                 if key in self.arrays:

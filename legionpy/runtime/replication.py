@@ -342,10 +342,12 @@ class _Transfer:
                 or len(self.peers) != 1:
             return self
         mem = c.src if self.role == "send" else c.dst
-        arr = repl.rt.instances.instance(mem, self.root, self.field)
+        inst = repl.rt.instances
+        arr = inst.instance(mem, self.root, self.field)
         if type(arr) is not np.ndarray:
             return self
-        view = arr[c.rect.to_slices()]
+        # the instance may cover less than the root (its tiles): slice from its origin
+        view = arr[c.rect.to_slices(inst.origin(mem, self.root, self.field))]
         if not view.flags.c_contiguous:
             return self
         cl = repl.cl
@@ -357,7 +359,11 @@ class _Transfer:
         repl.persistent.append(req)
         what = f"copy {c.id} of {self.root.name}.{self.field} ({self.role}, persistent)"
 
+        gen = inst.generation
+
         def run(op: Op, _req: Any = req, _view: Any = view) -> None:
+            if inst.generation != gen:  # an instance was re-made (grown): not the bound array
+                return self(op)
             _req.Start()
             cl.wait([_req], lambda: what)
         return run

@@ -76,3 +76,13 @@ def test_mismatch_before_a_fence_times_out_instead_of_hanging():
     out, _ = _fails("hang", env={"LEGIONPY_MPI_TIMEOUT": "2"})
     assert "waited 2 s" in out.stderr, out.stderr
     assert "finished" not in out.stdout
+
+
+@pytest.mark.parametrize("strategy", ["data", "model"])
+def test_tile_sized_instances_on_two_ranks_with_replays(strategy):
+    """Instances cover their tiles under mpirun too (issue 16 item 1), with
+    traced replays (persistent requests bound to tile-sized instances slice
+    them from the instance origin, not the root origin)."""
+    out = run_mpi(2, ["tests/mpi/programs/tiles.py", strategy], timeout=120,
+                  env={"LEGIONPY_MPI_TIMEOUT": "20"})
+    assert out.stdout.count("OK tiles rank") == 2, out.stdout + out.stderr

@@ -70,12 +70,8 @@ def test_emulated_smoke_run_covers_the_step_table_and_the_comparison(monkeypatch
     for var in ("LEGIONPY_GPU_BACKEND", "LEGIONPY_GPUS"):  # main sets them; undone after
         monkeypatch.setenv(var, "")
     monkeypatch.setenv("LEGIONPY_SEARCH_BUDGET", "1")
-    # one GPU for the comparison: on two, rnnlm under model parallelism trips
-    # the stream race detector (B(lstm1.t6) on GPU 1 overwrites a state that a
-    # link-stream copy to GPU 0 still reads; reported), which is the
-    # runtime's to fix; the script's path is the same for any device count
     assert main(["--emulated", "--small", "--models", "rnnlm", "--repeat", "1",
-                 "--compare-steps", "1", "--devices", "1", "--json"]) == 0
+                 "--compare-steps", "1", "--json"]) == 0  # compare on 2 emulated GPUs
     stdout = capsys.readouterr().out
     out = json.loads(stdout.strip().splitlines()[-1])
     assert out["emulated"] and out["scale"] == "small"
@@ -88,7 +84,7 @@ def test_emulated_smoke_run_covers_the_step_table_and_the_comparison(monkeypatch
     except ImportError:
         assert step["torch_s"] is None and "torch is not installed" in out["baseline"]
     assert [c["strategy"] for c in out["compare"]] == ["data", "model", "search"]
-    assert "on 1 EMULATED GPU(s)" in stdout
+    assert "on 2 EMULATED GPU(s)" in stdout
     assert all(c["simulated_s"] > 0 and c["measured_s"] > 0 for c in out["compare"])
     # kernels timed on the (emulated) GPU, not CPU seconds of contending threads
     assert {c["cost_model"] for c in out["compare"]} == {"measured on the GPU"}

@@ -1,7 +1,8 @@
 """Instances sized to the tiles (runtime/instances.py): a memory holds the
 bounding box of the rects its tasks use, grows it when a later task reaches
 beyond it (cached views of traced bodies follow), and the bytes a run holds
-per device track the simulator's ``peak_memory`` of the same strategy."""
+per device match the simulator's ``peak_memory`` of the same strategy;
+reduction buffers go back to the pool after their last copy or fold."""
 
 from __future__ import annotations
 
@@ -85,12 +86,13 @@ def test_traced_steps_stay_right_across_a_grown_instance(rt1):
 
 @pytest.mark.parametrize("model", ["mlp", "cnn"])
 @pytest.mark.parametrize("strategy", ["data", "model", "hybrid"])
-def test_peak_bytes_per_device_track_the_simulator(model, strategy):
-    """Measured: runtime peak / simulator 0.97-1.71 on these models (the
-    runtime also holds reduction buffers next to the gradient instances they
-    fold into until the next fence, which the simulator does not count;
-    docs/decisions.md). The bound catches whole-root instances (2-4x)."""
-    rt = lr.init(cpus=4)
+def test_peak_bytes_per_device_match_the_simulator(model, strategy):
+    """Issue 16 item 1: measured peak bytes per device within 10% of the
+    simulator's peak_memory (instances, reduction and staging buffers on
+    both sides; docs/memory.md). The serial executor makes the runtime's
+    peak deterministic: with threads, which buffers of these kB-sized models
+    are alive together varies from run to run by up to 15%."""
+    rt = lr.init(cpus=4, executor="serial")
     try:
         m = getattr(tiny_models, model)()
         g = m.graph
@@ -101,11 +103,12 @@ def test_peak_bytes_per_device_track_the_simulator(model, strategy):
         rng = np.random.default_rng(0)
         x = rng.standard_normal((3 * tiny_models.BATCH, *shape)).astype(np.float32)
         m.fit(x, rng.integers(0, 3, len(x)), epochs=1, verbose=0)
+        assert sum(r.replays for r in rt.tracer.recordings.values()) >= 1
         got = rt.memory_stats()
         sim = Simulator(g, Machine.parse("p100:1x4"), optimizer_slots=2).run(m.strategy)
         want = list(sim.peak_memory.values())
         for d in range(4):
-            assert 0.8 * want[d] <= got[d]["peak_bytes"] <= 1.8 * want[d], (d, got, want)
+            assert 0.9 * want[d] <= got[d]["peak_bytes"] <= 1.1 * want[d], (d, got, want)
     finally:
         lr.shutdown()
 

@@ -33,6 +33,7 @@ def _check_sequence(graph, machine, seed: int, steps: int, start=None) -> None:
         assert _orders(sim) == _orders(ref)
         assert r.iteration_time_s == rf.iteration_time_s
         assert r.bytes_per_link == rf.bytes_per_link
+        assert r.peak_memory == rf.peak_memory  # buffers counted per block, incrementally
 
 
 def _orders(sim) -> dict:

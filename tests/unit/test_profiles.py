@@ -65,7 +65,7 @@ def test_a_cpu_profile_backs_its_preset_and_replaces_the_analytic_times(
     assert isinstance(default_cost_model(Machine.parse("p100:1x1")), AnalyticCostModel)
     busy, sim = _busy(h100)
     assert sim.cost.coverage() == {"table": sum(op.kind != "input" for op in sim.graph.ops),
-                                   "analytic": 0}
+                                   "analytic": 0, "scaled": 0}
     # one device: its busy time moves by exactly the measured minus the analytic op times
     analytic = AnalyticCostModel()
     busy0, _ = _busy(h100, analytic)
@@ -121,10 +121,21 @@ def test_a_gpu_profile_drives_its_preset_on_a_machine_without_a_gpu(tmp_path, mo
     m = Machine.parse("h100:1x1")
     sim = Simulator(g, m)
     sim.run(Strategy.data_parallel(g, m))
-    assert sim.cost.coverage() == {"table": len(ops) - 1, "analytic": 1}
+    assert sim.cost.coverage() == {"table": len(ops) - 1, "analytic": 1, "scaled": 0}
     for i, op in enumerate(ops[:-1]):
         assert sim.cost.op_time(op, op.output_rect, m.devices[0]) == (1e-3 * (i + 1),
                                                                        2e-3 * (i + 1))
+    # a tile shape the profile lacks: the roofline times the op's measured efficiency
+    m2 = Machine.parse("h100:1x2")
+    cm, plain = default_cost_model(m2), AnalyticCostModel()
+    dense = next(op for op in ops if op.kind == "dense")
+    i = ops.index(dense)
+    half = dense.output_rect.split((2, 1))[0]
+    fa, ba = plain.op_time(dense, dense.output_rect, m2.devices[0])
+    fh, bh = plain.op_time(dense, half, m2.devices[0])
+    assert cm.op_time(dense, half, m2.devices[0]) == pytest.approx(
+        (fh * 1e-3 * (i + 1) / fa, bh * 2e-3 * (i + 1) / ba), rel=1e-9)
+    assert cm.coverage() == {"table": 0, "analytic": 1, "scaled": 1}
     assert preset_profile("h100").describe()["devices"] == ["NVIDIA H100 80GB HBM3"]
     # strategies found on the profile are cached apart from analytic ones
     with_profile = m.cache_key()

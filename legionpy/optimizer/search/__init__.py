@@ -128,8 +128,10 @@ class SearchReport:
         lines.append(tail)
         cm = self.details.get("cost_model")
         if cm and "tiles" in cm:  # say when the times are a recorded GPU's
-            lines.append(f"costs: {cm['name']} ({cm['tiles']['table']} tiles from the table, "
-                         f"{cm['tiles']['analytic']} analytic)")
+            t = cm["tiles"]
+            lines.append(f"costs: {cm['name']} ({t['table']} tiles from the table, "
+                         f"{t['analytic']} analytic, {t.get('scaled', 0)} of them scaled by "
+                         "their op's measured efficiency)")
         return "\n".join(lines)
 
 

@@ -1,0 +1,147 @@
+"""What CUDA graphs (runtime/graphs.py) need from the GPU backend and from
+the instances.
+
+Capture backends: :class:`EmuCapture` (runtime/emugraph.py, the emulated
+GPUs) and :class:`CupyCapture` (``cupy.cuda.Stream.begin_capture`` /
+``end_capture``, ``cupy.cuda.Graph.launch``; allocations during a capture
+come from a private pool kept for the graph's life through
+``cupy.cuda.using_allocator``, since the graph writes them at every
+launch). Each offers ``capture(k, stream, run) -> (graph, keep)``,
+``launch(graph, stream, k)`` and, where the backend can tell, ``probe(k,
+run)``: the host synchronisation a capture of ``run`` would refuse.
+
+Reduction buffers (docs/memory.md): :func:`take_out` and :func:`reclaim` put
+the array a graph captured back in place of the one the pool would hand out;
+:func:`buffer_keys` lists the buffers a body accumulates into or folds from.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import GraphCaptureError
+from .body import PointBody
+
+__all__ = ["EmuCapture", "CupyCapture", "take_out", "reclaim", "buffer_keys"]
+
+
+def take_out(inst: Any, buf: Any, memory: int) -> Any:
+    """Take array ``buf`` out of the buffer pool of ``inst`` (runtime/
+    instances.py, streams.BufferPool) if it is free there; the current
+    stream waits on the event of its last user, as ``BufferPool.take``
+    does. Returns the pool entry, or None when it is not free."""
+    pool = inst.pool
+    with pool._lock:
+        free = pool.free.get((memory, tuple(buf.shape), buf.dtype))
+        i = next((i for i, (b, _) in enumerate(free or ()) if b is buf), None)
+        if i is None:
+            return None
+        got = free.pop(i)
+        pool.hits += 1
+    ev = got[1]
+    if ev is not None:
+        from .gpu import backend
+        b = backend()
+        with b.Device(buf.device.id):
+            b.current_stream().wait_event(ev)
+    return got
+
+
+def reclaim(inst: Any, key: Any, buf: Any, rect: Any, memory: int) -> bool:
+    """Install ``buf`` as reduction buffer ``key`` over ``rect`` when it is
+    free in the pool: what ``Instances.reduction_view`` does with a pooled
+    buffer, with the graph's array instead of the last one freed. The graph
+    refills it with the identity (the capture made it)."""
+    if take_out(inst, buf, memory) is None:
+        return False
+    inst.redbufs[key] = (buf, rect)
+    inst.redmem[key] = memory
+    inst._account(memory, buf.nbytes, "reduction")
+    return True
+
+
+def buffer_keys(body: PointBody) -> list:
+    """The reduction buffers a body accumulates into or folds from."""
+    keys = [buf[0] for _, _, specs in body.views or () for _, _, _, buf in specs
+            if buf is not None]
+    for _, _, acts in body.prologues or ():
+        keys += [a.buffer for a in acts if getattr(a, "buffer", None) is not None
+                 and getattr(a, "staged", None) is None]
+    return keys
+
+
+class EmuCapture:
+    """runtime/emugraph.py: the emulated GPUs' streams, capture and graphs."""
+
+    def __init__(self) -> None:
+        from . import emugpu, emugraph
+        self.emu, self.g = emugpu, emugraph
+
+    def capture(self, k: int, stream: Any, run: Any) -> tuple[Any, list]:
+        g = self.g
+        with self.emu.Device(k):
+            g.begin_capture(stream, k)
+            try:
+                run()
+            except BaseException:
+                g.abort()
+                raise
+            return g.end_capture(stream), []
+
+    can_probe = True
+
+    def probe(self, k: int, run: Any) -> str | None:
+        """Run ``run()`` live; the first host sync a capture would refuse."""
+        with self.emu.Device(k):
+            return self.g.probe(run)
+
+    def launch(self, graph: Any, stream: Any, k: int) -> None:
+        graph.launch(stream)
+
+
+class CupyCapture:
+    """CuPy: ``Stream.begin_capture`` / ``end_capture``, ``Graph.launch``.
+    Allocations during a capture come from a private pool and are kept for
+    the graph's life (``cupy.cuda.using_allocator``): the graph writes them."""
+
+    can_probe = False  # CUDA has no way to ask; a failed capture runs its bodies again
+
+    def __init__(self) -> None:
+        import cupy
+        self.cp = cupy
+
+    def capture(self, k: int, stream: Any, run: Any) -> tuple[Any, list]:
+        cp = self.cp
+        pool = cp.cuda.MemoryPool()
+        keep: list = []
+
+        def malloc(nbytes: int) -> Any:
+            p = pool.malloc(nbytes)
+            keep.append(p)
+            return p
+        with cp.cuda.Device(k), stream, cp.cuda.using_allocator(malloc):
+            stream.begin_capture()
+            try:
+                run()
+            except cp.cuda.runtime.CUDARuntimeError as exc:
+                _end_quietly(stream)
+                raise GraphCaptureError(f"CUDA refused work during capture: {exc}") from exc
+            except BaseException:
+                _end_quietly(stream)
+                raise
+            try:
+                graph = stream.end_capture()
+            except cp.cuda.runtime.CUDARuntimeError as exc:
+                raise GraphCaptureError(f"the capture was invalidated: {exc}") from exc
+        return graph, keep + [pool]
+
+    def launch(self, graph: Any, stream: Any, k: int) -> None:
+        with self.cp.cuda.Device(k):
+            graph.launch(stream=stream)
+
+
+def _end_quietly(stream: Any) -> None:
+    try:
+        stream.end_capture()
+    except Exception:  # noqa: BLE001 - the capture is being abandoned anyway
+        pass
