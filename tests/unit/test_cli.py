@@ -75,3 +75,14 @@ def test_simulate_unknown_model_or_strategy_names_it(capsys):
     assert "unknown model 'lenet5'" in capsys.readouterr().err
     assert main(["simulate", "lenet", "--machine", "p100:1x2", "--strategy", "fast"]) == 2
     assert "strategy 'fast'" in capsys.readouterr().err
+
+
+def test_python_dash_m_legionpy_runs_the_command():
+    """`python -m legionpy` (a checkout on PYTHONPATH, no console script)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "legionpy", "machines", "--json"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert any(m["spec"] == "h100:NODESxGPUS" for m in json.loads(r.stdout)["machines"])
