@@ -34,9 +34,12 @@ dropped), else the byte span (conservative). A kernel reading a view
 conflicts with an unordered earlier write of an overlapping part
 (read-after-write); a write with an unordered earlier read or write
 (write-after-read, write-after-write). A host read (``get``, ``item``,
-``float``, ``asnumpy``) conflicts with a write the host clock does not
-cover. Records the host clock covers are pruned (they are ordered before
-every later kernel); a write drops the records it covers.
+``float``, ``asnumpy``) is, as in CuPy, a copy on the current stream of the
+array's device (its legacy stream when none was made current) followed by
+a synchronisation: it conflicts with a write that neither that stream nor
+the host clock is ordered after. Records the host clock covers are pruned
+(they are ordered before every later kernel); a write drops the records it
+covers.
 
 What it cannot check: timing (how much overlap a schedule gets), kernels
 that read memory through raw pointers, IPC peers in other processes, and

@@ -34,6 +34,12 @@ decides where ready ops run:
   caller's thread after every launch and in every wait. Same core, same
   order semantics, one thread: bugs reproduce under a debugger.
 
+GPU runtimes (runtime/streams.py, installed by :meth:`Scheduler.use_streams`)
+run every op's body on its device's or link's CUDA stream after the events
+of its dependences, and record an event for it: an op *finishes* here once
+its kernels are enqueued. CPU runtimes keep the plain methods (no per-op
+cost).
+
 Example: ops 1 (dev 0), 2 (dev 1, after 1), 3 (dev 0): the launch submits 1
 and 3 ready, in id order, to device 0; 2 waits. When 1 finishes, 2 enters
 device 1's queue, and device 0 continues with 3.

@@ -102,18 +102,25 @@ class Streams:
 
     # -- the streams -----------------------------------------------------------------------
     def _new(self, k: int, name: str) -> tuple[int, Any, int]:
-        with self._lock:
-            s = self.b.Stream(k, name)
-            self.streams.append(s)
-            self.names.append(name)
-            self.ordinals.append(k)
-            self._seq.append(0)
-            self._waited.append({})
-            return k, s, len(self.streams) - 1
+        """Under the lock: a new stream on GPU ``k``."""
+        s = self.b.Stream(k, name)
+        self.streams.append(s)
+        self.names.append(name)
+        self.ordinals.append(k)
+        self._seq.append(0)
+        self._waited.append({})
+        return k, s, len(self.streams) - 1
 
     def stream_of(self, queue: Any) -> tuple[int, Any, int] | None:
         """``(CUDA ordinal, stream, index)`` a queue's ops run on: a local GPU
         device's compute stream, a link's stream; None on the host."""
+        got = self._by_queue.get(queue, _MISS)
+        if got is not _MISS:
+            return got
+        with self._lock:  # made once, whichever thread asks first
+            return self._make(queue)
+
+    def _make(self, queue: Any) -> tuple[int, Any, int] | None:
         got = self._by_queue.get(queue, _MISS)
         if got is not _MISS:
             return got

@@ -18,3 +18,15 @@ def rt(request):
     rt = lr.init(cpus=2, executor=request.param)
     yield rt
     lr.shutdown()
+
+
+@pytest.fixture
+def emu(monkeypatch):
+    """``emu(n, executor)``: a runtime on ``n`` emulated GPUs
+    (``LEGIONPY_GPU_BACKEND=emulated``, runtime/emugpu.py); shut down afterwards."""
+    def start(n: int = 2, executor: str = "threads"):
+        monkeypatch.setenv("LEGIONPY_GPU_BACKEND", "emulated")
+        monkeypatch.setenv("LEGIONPY_GPUS", str(n))
+        return lr.init(executor=executor)
+    yield start
+    lr.shutdown()

@@ -48,3 +48,21 @@ def test_reductions_on_gpus(gpurt):
     lp.index_launch(one, H.colors, H)
     got = R.read("s")
     assert got.sum() == sum(H[c].rect.volume for c in H.colors)
+
+
+def test_tasks_run_on_one_non_default_stream_per_device(gpurt):
+    """Never the legacy stream (pointer 0): each device's compute stream."""
+    seen = {}
+
+    @lp.task(privileges=[lp.WD("u")])
+    def where(t):
+        seen[t.rect.lo[0]] = (cupy.cuda.Device().id, cupy.cuda.get_current_stream().ptr)
+        t.u[...] = 1
+
+    n = len(gpurt.devices)
+    R = lp.Region((8 * n,), {"u": np.float32})
+    P = lp.Partition.equal(R, (n,))
+    lp.index_launch(where, P.colors, P)
+    np.testing.assert_array_equal(R.read("u"), np.ones(8 * n, np.float32))
+    ptrs = [p for _, p in seen.values()]
+    assert 0 not in ptrs and len(set(ptrs)) == n

@@ -17,16 +17,6 @@ from legionpy.runtime import emugpu
 from legionpy.runtime.emugpu import Device, EmuArray, xp
 
 
-@pytest.fixture
-def emu(monkeypatch):
-    def start(n: int = 3, executor: str = "threads"):
-        monkeypatch.setenv("LEGIONPY_GPU_BACKEND", "emulated")
-        monkeypatch.setenv("LEGIONPY_GPUS", str(n))
-        return lr.init(executor=executor)
-    yield start
-    lr.shutdown()
-
-
 # -- the backend itself ---------------------------------------------------------------
 def test_arrays_live_on_the_current_device_and_refuse_another():
     with Device(1):

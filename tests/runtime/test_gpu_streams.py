@@ -17,16 +17,6 @@ from legionpy.runtime import emugpu, streams
 from legionpy.runtime.emugpu import Device, Event, Stream, xp
 
 
-@pytest.fixture
-def emu(monkeypatch):
-    def start(n: int = 2, executor: str = "threads"):
-        monkeypatch.setenv("LEGIONPY_GPU_BACKEND", "emulated")
-        monkeypatch.setenv("LEGIONPY_GPUS", str(n))
-        return lr.init(executor=executor)
-    yield start
-    lr.shutdown()
-
-
 def _streams(k: int) -> tuple[Stream, Stream]:
     with Device(k):
         return Stream(k, f"a of GPU {k}"), Stream(k, f"b of GPU {k}")
