@@ -205,32 +205,26 @@ def test_a_grown_instance_makes_graphs_stale(emu):
     np.testing.assert_array_equal(x, R.read("x"))
 
 
+def _captured_after_steps(**init: object) -> tuple[bool, int]:
+    """(graphs on?, graphs captured) after 4 traced steps."""
+    rt = lr.init(**init)
+    try:
+        _steps(4)
+        return rt.tracer.graphs.on, rt.tracer.graphs.stats["captured"]
+    finally:
+        lr.shutdown()
+
+
 def test_no_graphs_on_cpu_devices_or_when_turned_off(monkeypatch, capfd):
     monkeypatch.delenv("LEGIONPY_GPU_BACKEND", raising=False)
-    rt = lr.init(cpus=2)
-    try:
-        assert not rt.tracer.graphs.on
-        _steps(4)
-        assert rt.tracer.graphs.stats["captured"] == 0
-    finally:
-        lr.shutdown()
+    assert _captured_after_steps(cpus=2) == (False, 0)
     monkeypatch.setenv("LEGIONPY_GPU_BACKEND", "emulated")
     monkeypatch.setenv("LEGIONPY_CUDA_GRAPHS", "0")
-    rt = lr.init()
-    try:
-        _steps(4)
-        assert rt.tracer.graphs.stats["captured"] == 0
-    finally:
-        lr.shutdown()
+    assert _captured_after_steps()[1] == 0
     monkeypatch.setenv("LEGIONPY_CUDA_GRAPHS", "1")
     monkeypatch.setenv("LEGIONPY_REPLAY_ORDER", "ready")
     monkeypatch.setenv("LEGIONPY_DEBUG", "1")
-    rt = lr.init()
-    try:
-        _steps(4)
-        assert rt.tracer.graphs.stats["captured"] == 0
-    finally:
-        lr.shutdown()
+    assert _captured_after_steps()[1] == 0
     assert "replays without CUDA graphs: LEGIONPY_REPLAY_ORDER=ready" in capfd.readouterr().err
 
 
