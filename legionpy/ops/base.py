@@ -280,6 +280,18 @@ def reduce_slice(n: int, r: int, parts: int) -> tuple[int, int]:
     return r * n // parts, (r + 1) * n // parts
 
 
+def reduce_part(rect: Rect, d: int, extent: int, r: int, n: int) -> Rect:
+    """``rect`` with dim ``d`` narrowed to slice ``r`` of ``n`` equal slices of
+    the reduction extent ``extent`` (``rect`` itself when ``n == 1``)."""
+    return rect if n == 1 else replace_dim(rect, d, *reduce_slice(extent, r, n))
+
+
+def bias_part(rect: Rect, r: int, n: int) -> Rect:
+    """A bias under a reduction split is added once, by the first slice: the
+    other slices read none of it (an empty rect)."""
+    return rect if n == 1 or r == 0 else replace_dim(rect, 0, rect.lo[0], rect.lo[0])
+
+
 def replace_dim(rect: Rect, d: int, lo: int, hi: int) -> Rect:
     """``rect`` with dim ``d`` set to ``[lo, hi)``."""
     rl, rh = list(rect.lo), list(rect.hi)

@@ -25,7 +25,7 @@ import math
 
 from ..errors import GraphError
 from ..geometry import Rect
-from .base import Operator, reduce_slice, register, replace_dim, window
+from .base import Operator, bias_part, reduce_part, register, replace_dim, window
 
 __all__ = [
     "Input", "Conv2D", "Pool2D", "Dense", "Relu", "Sigmoid", "Tanh", "Gelu",
@@ -132,16 +132,13 @@ class Conv2D(Operator):
         return 0 if a.get("activation") or a["groups"] != 1 else self.inputs[0].shape[1]
 
     def part_input_rect(self, i, out, r=0, n=1):
-        q = self.input_rect(i, out)
-        return q if n == 1 else replace_dim(q, 1, *reduce_slice(self.inputs[0].shape[1], r, n))
+        return reduce_part(self.input_rect(i, out), 1, self.inputs[0].shape[1], r, n)
 
     def part_weight_rect(self, pname, out, r=0, n=1):
         w = self.weight_rect(pname, out)
-        if n == 1:
-            return w
-        if pname == "bias":  # added once, by the first slice
-            return w if r == 0 else replace_dim(w, 0, w.lo[0], w.lo[0])
-        return replace_dim(w, 1, *reduce_slice(self.inputs[0].shape[1], r, n))
+        if pname == "bias":
+            return bias_part(w, r, n)
+        return reduce_part(w, 1, self.inputs[0].shape[1], r, n)
 
     def flops(self, out):
         kh, kw = self.attrs["kernel"]
@@ -222,17 +219,13 @@ class Dense(Operator):
 
     def part_input_rect(self, i, out, r=0, n=1):
         q = self.input_rect(i, out)
-        if n == 1:
-            return q
-        return replace_dim(q, q.ndim - 1, *reduce_slice(self.inputs[0].shape[-1], r, n))
+        return reduce_part(q, q.ndim - 1, self.inputs[0].shape[-1], r, n)
 
     def part_weight_rect(self, pname, out, r=0, n=1):
         w = self.weight_rect(pname, out)
-        if n == 1:
-            return w
-        if pname == "bias":  # added once, by the first slice
-            return w if r == 0 else replace_dim(w, 0, w.lo[0], w.lo[0])
-        return replace_dim(w, 0, *reduce_slice(self.inputs[0].shape[-1], r, n))
+        if pname == "bias":
+            return bias_part(w, r, n)
+        return reduce_part(w, 0, self.inputs[0].shape[-1], r, n)
 
     def flops(self, out):
         f = 2.0 * out.volume * self.inputs[0].shape[-1]

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from ..errors import GraphError
 from ..geometry import Rect
-from .base import Operator, reduce_slice, register, replace_dim
+from .base import Operator, reduce_part, register, replace_dim
 
 __all__ = ["Embedding", "LSTMCell", "Attention"]
 
@@ -70,8 +70,7 @@ class Embedding(Operator):
         return self.attrs["vocab"]
 
     def part_weight_rect(self, pname, out, r=0, n=1):
-        w = self.weight_rect(pname, out)
-        return w if n == 1 else replace_dim(w, 0, *reduce_slice(self.attrs["vocab"], r, n))
+        return reduce_part(self.weight_rect(pname, out), 0, self.attrs["vocab"], r, n)
 
     def flops(self, out):
         return float(out.volume), float(out.volume)
