@@ -218,6 +218,8 @@ def time_contended(fn: Any, concurrency: int, warmup: int = 2, repeats: int = 5)
     interpreter lock (the model's CPU and interpreter bounds count those)."""
     from threadpoolctl import threadpool_limits
 
+    from .costmodel import MeasuredCostModel
+
     stop = threading.Event()
 
     def helper() -> None:
@@ -229,14 +231,7 @@ def time_contended(fn: Any, concurrency: int, warmup: int = 2, repeats: int = 5)
         for h in helpers:
             h.start()
         try:
-            for _ in range(warmup):
-                fn()
-            ts = []
-            for _ in range(repeats):
-                t = time.thread_time()
-                fn()
-                ts.append(time.thread_time() - t)
-            return float(statistics.median(ts))
+            return MeasuredCostModel.time_callable(fn, warmup, repeats, clock=time.thread_time)
         finally:
             stop.set()
             for h in helpers:
