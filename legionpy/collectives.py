@@ -49,9 +49,9 @@ from typing import NamedTuple
 from .errors import StrategyError
 
 __all__ = ["BUCKET_BYTES", "KINDS", "ALGORITHMS", "Step", "Phase", "Collective",
-           "buckets", "bucket_groups", "chunk_bounds", "hierarchical_shape", "steps",
+           "buckets", "bucket_groups", "chunk_bounds", "padded", "hierarchical_shape", "steps",
            "phases", "collective_time", "choose_algorithm", "algorithms_for", "apply_steps",
-           "round_time"]
+           "round_time", "round_classes", "cost_plan", "plan_time", "plan_bytes"]
 
 BUCKET_BYTES = 25 * 2**20
 """Gradient bucket cap in bytes: PyTorch DDP's default ``bucket_cap_mb=25``.
@@ -143,17 +143,21 @@ def bucket_groups(tiles: Sequence[tuple[object, Sequence[int], float]]
     return [(g, idx, nb[0]) for g, (idx, nb) in out.items()]
 
 
+def padded(n_elems: int, n: int) -> int:
+    """Elements of the flat buffer of ``n_elems`` elements split over ``n``
+    devices: padded with zeros to a multiple of ``n`` (as ZeRO and FSDP pad
+    their flat parameters), so every chunk, every message and every
+    device's update has the same size -- which keeps every node in the
+    same role (optimizer/symmetry.py)."""
+    return -(-int(n_elems) // int(n)) * int(n)
+
+
 def chunk_bounds(n_elems: int, n: int) -> list[tuple[int, int]]:
-    """``[lo, hi)`` element bounds of the ``n`` chunks of a flat buffer of
-    ``n_elems`` elements (``numpy.array_split`` sizes: the first ``n_elems
-    % n`` chunks one larger)."""
-    q, r = divmod(int(n_elems), int(n))
-    out, lo = [], 0
-    for c in range(n):
-        hi = lo + q + (1 if c < r else 0)
-        out.append((lo, hi))
-        lo = hi
-    return out
+    """``[lo, hi)`` element bounds of the ``n`` equal chunks of the flat
+    buffer of ``n_elems`` elements padded to :func:`padded` ``(n_elems,
+    n)``: chunk ``p`` is ``[p c, (p + 1) c)`` with ``c = padded / n``."""
+    c = padded(n_elems, n) // int(n)
+    return [(p * c, (p + 1) * c) for p in range(int(n))]
 
 
 def hierarchical_shape(group: Sequence[int], node_of: Callable[[int], int]
@@ -361,13 +365,15 @@ def phases(kind: str, group: Sequence[int], nbytes: float, algorithm: str = "rin
     return out
 
 
-def round_time(edges: Sequence[tuple[int, int, float]], route: Callable[[int, int], Sequence],
-               link_time: Callable[[object, float], float]) -> float:
-    """Seconds of one round: every message crosses every link of its route
-    (``route(src, dst)``: link ids); a link carrying ``k`` of the round's
-    messages serves them FIFO, so a message's time is the sum over its hops
-    of ``k_link * link_time(link, bytes)``; the round ends with its slowest
-    message."""
+def round_classes(edges: Sequence[tuple[int, int, float]],
+                  route: Callable[[int, int], Sequence],
+                  link_key: Callable[[object], object] | None = None) -> list[tuple]:
+    """The messages of one round grouped by what they cost: ``[(nbytes,
+    ((link, load), ...)), ...]``, one entry per distinct (bytes, hops) where
+    a hop is its link's class (``link_key(link)``, default the link itself;
+    ``link`` is the first link of that class seen) and ``load`` the number
+    of the round's messages crossing that link (FIFO: ``load`` times as
+    long). A ring over 8,192 devices has a handful of classes."""
     load: dict = {}
     routes = []
     for s, d, nb in edges:
@@ -375,39 +381,103 @@ def round_time(edges: Sequence[tuple[int, int, float]], route: Callable[[int, in
         routes.append((r, nb))
         for lk in r:
             load[lk] = load.get(lk, 0) + 1
-    best = 0.0
+    key = link_key or (lambda lk: lk)
+    rep: dict = {}
+    out: dict = {}
     for r, nb in routes:
-        t = 0.0
+        hops = []
         for lk in r:
-            t += load[lk] * link_time(lk, nb)
-        best = max(best, t)
-    return best
+            k = key(lk)
+            hops.append((rep.setdefault(k, lk), load[lk], k))
+        sig = (nb, tuple((k, ld) for _, ld, k in hops))
+        if sig not in out:
+            out[sig] = (nb, tuple((lk, ld) for lk, ld, _ in hops))
+    return list(out.values())
+
+
+def cost_plan(kind: str, group: Sequence[int], algorithm: str,
+              route: Callable[[int, int], Sequence], node_of: Callable[[int], int] | None = None,
+              link_key: Callable[[object], object] | None = None) -> list[tuple]:
+    """The bytes-independent part of :func:`collective_time`: per phase
+    ``(rounds, classes, hop_bytes)`` with :func:`round_classes` of a 1-byte
+    buffer (message bytes are fractions of the buffer) and ``hop_bytes`` the
+    bytes one round moves over links per byte of buffer."""
+    out = []
+    for ph in phases(kind, group, 1.0, algorithm, node_of):
+        cls = round_classes(ph.edges, route, link_key)
+        hop = sum(nb * len(tuple(route(s, d))) for s, d, nb in ph.edges)
+        out.append((ph.rounds, cls, hop))
+    return out
+
+
+def plan_time(plan: Sequence[tuple], nbytes: float,
+              link_time: Callable[[object, float], float]) -> float:
+    """Seconds of a :func:`cost_plan` for a buffer of ``nbytes``: per phase,
+    rounds x the slowest message class (sum over its hops of load x
+    ``link_time(link, bytes)``)."""
+    total = 0.0
+    for rounds, classes, _ in plan:
+        best = 0.0
+        for frac, hops in classes:
+            nb = frac * nbytes
+            t = 0.0
+            for lk, ld in hops:
+                t += ld * link_time(lk, nb)
+            best = max(best, t)
+        total += rounds * best
+    return total
+
+
+def plan_bytes(plan: Sequence[tuple], nbytes: float) -> float:
+    """Bytes the collective moves over links (every hop of every message)."""
+    return sum(rounds * hop for rounds, _, hop in plan) * nbytes
+
+
+def round_time(edges: Sequence[tuple[int, int, float]], route: Callable[[int, int], Sequence],
+               link_time: Callable[[object, float], float]) -> float:
+    """Seconds of one round: every message crosses every link of its route
+    (``route(src, dst)``: link ids); a link carrying ``k`` of the round's
+    messages serves them FIFO, so a message's time is the sum over its hops
+    of ``k_link * link_time(link, bytes)``; the round ends with its slowest
+    message."""
+    return plan_time([(1, round_classes(edges, route), 0.0)], 1.0, link_time)
 
 
 def collective_time(kind: str, group: Sequence[int], nbytes: float, algorithm: str,
                     route: Callable[[int, int], Sequence],
                     link_time: Callable[[object, float], float],
-                    node_of: Callable[[int], int] | None = None) -> float:
+                    node_of: Callable[[int], int] | None = None,
+                    link_key: Callable[[object], object] | None = None) -> float:
     """Seconds of the collective on idle links (alpha-beta, see the module
     docstring): the sum over its phases of rounds x round time. Zero for a
-    group of one device."""
-    return sum(ph.rounds * round_time(ph.edges, route, link_time)
-               for ph in phases(kind, group, nbytes, algorithm, node_of))
+    group of one device. ``link_key``: links with equal keys cost the same
+    (``link_time`` depends on the key only), which lets rounds of thousands
+    of messages collapse into a few classes."""
+    return plan_time(cost_plan(kind, group, algorithm, route, node_of, link_key), nbytes,
+                     link_time)
 
 
 def choose_algorithm(kind: str, group: Sequence[int], nbytes: float,
                      route: Callable[[int, int], Sequence],
                      link_time: Callable[[object, float], float],
-                     node_of: Callable[[int], int] | None = None) -> tuple[str, float]:
+                     node_of: Callable[[int], int] | None = None,
+                     link_key: Callable[[object], object] | None = None,
+                     plans: dict | None = None) -> tuple[str, float]:
     """``(algorithm, seconds)``: the cheapest of :func:`algorithms_for` by
     :func:`collective_time` (ties: ring, hierarchical, tree). A group of one
-    device: ``("ring", 0.0)`` (a no-op)."""
+    device: ``("ring", 0.0)`` (a no-op). ``plans``: a cache of
+    :func:`cost_plan` by algorithm for this (kind, group), filled here."""
     _check(kind, group)
     if len(group) < 2:
         return "ring", 0.0
     best = None
     for a in algorithms_for(kind, group, node_of):
-        t = collective_time(kind, group, nbytes, a, route, link_time, node_of)
+        plan = None if plans is None else plans.get(a)
+        if plan is None:
+            plan = cost_plan(kind, group, a, route, node_of, link_key)
+            if plans is not None:
+                plans[a] = plan
+        t = plan_time(plan, nbytes, link_time)
         if best is None or t < best[1]:
             best = (a, t)
     return best

@@ -111,8 +111,11 @@ class ParallelConfig:
                         "ungrouped convolutions without a fused activation, and embeddings, "
                         "have one)"))
         if machine is not None:
+            nd = machine.num_devices
+            if self.devices and 0 <= min(self.devices) and max(self.devices) < nd:
+                return
             for dev in self.devices:
-                if not 0 <= dev < machine.num_devices:
+                if not 0 <= dev < nd:
                     raise StrategyError(f"op {op.name!r}: device id {dev} is outside machine "
                                         f"{machine.name!r} (0..{machine.num_devices - 1})")
 

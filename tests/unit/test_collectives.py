@@ -15,9 +15,10 @@ def node4(d):
 
 def _run(kind, group, algorithm, n_elems=37, node_of=None, seed=0):
     rng = np.random.default_rng(seed)
-    bufs = {d: rng.standard_normal(n_elems) for d in group}
+    size = n_elems if algorithm == "tree" else C.padded(n_elems, len(group))
+    bufs = {d: rng.standard_normal(size) for d in group}
     orig = {d: b.copy() for d, b in bufs.items()}
-    st = C.steps(kind, group, n_elems * 8, algorithm, node_of)
+    st = C.steps(kind, group, size * 8, algorithm, node_of)
     n_chunks = 1 if algorithm == "tree" else len(group)
     bounds = C.chunk_bounds(n_elems, n_chunks)
     C.apply_steps(bufs, st, bounds)
@@ -131,7 +132,8 @@ def test_buckets_and_groups():
     assert C.buckets([]) == []
     tiles = [("a", (1, 0), 8.0), ("b", (2,), 4.0), ("c", (0, 1), 16.0)]
     assert C.bucket_groups(tiles) == [((0, 1), [0, 2], 24.0), ((2,), [1], 4.0)]
-    assert C.chunk_bounds(10, 4) == [(0, 3), (3, 6), (6, 8), (8, 10)]
+    assert C.chunk_bounds(10, 4) == [(0, 3), (3, 6), (6, 9), (9, 12)]
+    assert C.padded(10, 4) == 12 and C.padded(12, 4) == 12
 
 
 def test_bad_input_names_the_value():

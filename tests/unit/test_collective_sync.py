@@ -1,0 +1,158 @@
+"""Collective gradient sync in the simulator (docs/seam.md): bucket blocks,
+their ``--taskgraph`` form, delta equals full, and symmetric simulation
+equals the full one."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from simhelpers import random_config
+
+from legionpy import collectives as C
+from legionpy import models
+from legionpy.optimizer import Machine, ParallelConfig, Simulator, Strategy
+
+
+def _cnn(batch=16):
+    return models.alexnet(batch_size=batch, image_size=67, width=0.125, hidden=64).graph
+
+
+def test_taskgraph_has_one_collective_per_bucket_and_group():
+    g, m = _cnn(), Machine.parse("p100:2x2")
+    sim = Simulator(g, m, sync="collective")
+    sim.run(Strategy.data_parallel(g, m))
+    assert sim.tg.to_json()["symmetry"] == {"classes": 2, "devices_per_class": 2}
+    sim.tg.symmetry = False  # the whole graph
+    sim.run(Strategy.data_parallel(g, m))
+    tg = sim.tg
+    j = tg.to_json()
+    assert "symmetry" not in j
+    coll = [t for t in j["tasks"] if t["kind"] == "collective"]
+    assert len(coll) == 2 * len(tg.buckets)  # one RS + one AG per bucket (one group)
+    for t in coll:
+        assert t["group"] == [0, 1, 2, 3] and t["device"] == "comm:0-3"
+        assert t["algorithm"] in C.ALGORITHMS and t["collective"] in ("reduce_scatter",
+                                                                     "all_gather")
+    # the buffer of a bucket is its parameters' bytes; no weight copies at all
+    for b, ws in enumerate(tg.buckets):
+        nb = C.padded(sum(tg.params[w].rect.volume for w in ws), 4) * 4
+        assert {t["bytes"] for t in coll if t["name"].startswith(f"RS:b{b}.")} == {nb}
+    assert not [t for t in j["tasks"] if t["kind"] == "copy"]  # aligned activations
+    ups = [t for t in j["tasks"] if t["kind"] == "update"]
+    assert len(ups) == 4 * len(tg.buckets)  # one chunk per device per bucket
+    # RS after every backward task that produces its gradients, AG after every U
+    names = {t["id"]: t["name"] for t in j["tasks"]}
+    preds: dict = {}
+    for a, b in j["deps"]:
+        preds.setdefault(names[b], set()).add(names[a])
+    assert preds["AG:b0.0"] == {f"U:b0.0[{p}]" for p in range(4)}
+    assert all(n.startswith("B:") for n in preds["RS:b0.0"])
+
+
+def test_collectives_beat_point_to_point_and_fewer_tasks():
+    g, m = _cnn(32), Machine.parse("p100:4x4")
+    s = Strategy.data_parallel(g, m)
+    shards = Simulator(g, m).run(s)
+    coll = Simulator(g, m, sync="collective").run(s)
+    assert coll.num_tasks < shards.num_tasks / 4
+    assert coll.bytes_moved > 0 and coll.iteration_time_s > 0
+
+
+def test_group_of_one_device_is_a_noop():
+    g, m = _cnn(), Machine.parse("p100:1x2")
+    one = Strategy({op.name: ParallelConfig.single(len(op.output_shape), 1) for op in g.ops},
+                   g.name, m.name)
+    sim = Simulator(g, m, sync="collective")
+    r = sim.run(one)
+    j = sim.tg.to_json()
+    assert not [t for t in j["tasks"] if t["kind"] == "collective"]
+    assert all(t["device"] == m.devices[1].name for t in j["tasks"] if t["kind"] == "update")
+    assert r.bytes_moved == 0
+
+
+def _orders(sim) -> dict:
+    tg = sim.tg
+    out = {}
+    for r in range(len(tg.dhead)):
+        t, keys = tg.dhead[r], []
+        while t >= 0:
+            keys.append(int(tg.key[t]))
+            t = tg.dnext[t]
+        if keys:
+            out[tg.resource_name(r)] = keys
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_delta_equals_full_with_collectives(seed):
+    g, m = _cnn(8), Machine.parse("p100:2x2")
+    rng = random.Random(seed)
+    s = Strategy.data_parallel(g, m)
+    sim = Simulator(g, m, sync="collective")
+    sim.tg.symmetry = False  # exercise Algorithm 2 itself
+    sim.run(s)
+    for _ in range(6):
+        op = rng.choice(g.ops)
+        cfg = random_config(rng, op, m.num_devices)
+        s = s.with_config(op.name, cfg)
+        r = sim.delta(op.name, cfg)
+        assert sim.last_delta_pops >= 0
+        ref = Simulator(g, m, sync="collective")
+        ref.tg.symmetry = False
+        rf = ref.run(s)
+        assert sim.timeline() == ref.timeline()
+        assert _orders(sim) == _orders(ref)
+        assert r.iteration_time_s == rf.iteration_time_s
+        assert r.bytes_per_link == rf.bytes_per_link
+        assert r.peak_memory == rf.peak_memory
+
+
+def _hybrid(graph, machine):
+    """Samples split across nodes, parameters inside each node (where they
+    divide), else samples over every device."""
+    N, G = machine.num_nodes, machine.num_devices // machine.num_nodes
+    devs = tuple(range(machine.num_devices))
+    out = {}
+    for op in graph.ops:
+        degs = [1] * len(op.output_shape)
+        s = op.dims.index("sample")
+        p = op.dims.index("parameter") if "parameter" in op.dims else None
+        if p is not None and op.output_shape[p] % G == 0 and op.output_shape[s] % N == 0:
+            degs[s], degs[p] = N, G
+        else:
+            degs[s] = N * G
+        out[op.name] = ParallelConfig(tuple(degs), devs)
+    return Strategy(out, graph.name, machine.name)
+
+
+@pytest.mark.parametrize("spec,kind", [("p100:4x4", "data"), ("h100:4x4", "hybrid"),
+                                       ("p100:4x4", "owt"), ("h100:8x8", "data"),
+                                       ("h100:16x8", "data"), ("k80:4x4", "hybrid")])
+def test_symmetric_simulation_equals_full(spec, kind):
+    g = _cnn(128)
+    m = Machine.parse(spec)
+    s = {"data": Strategy.data_parallel, "owt": Strategy.owt, "hybrid": _hybrid}[kind](g, m)
+    full = Simulator(g, m, sync="collective")
+    full.tg.symmetry = False
+    rf = full.run(s)
+    sym = Simulator(g, m, sync="collective")
+    r = sym.run(s)
+    # OWT's dense layers read every node's activations: not node-symmetric
+    assert (sym.tg.sym is not None) == (kind != "owt")
+    assert r.iteration_time_s == pytest.approx(rf.iteration_time_s, rel=1e-12)
+    assert r.num_tasks == rf.num_tasks
+    assert r.peak_memory == pytest.approx(rf.peak_memory, rel=1e-12)
+    assert r.per_device_busy_s == pytest.approx(rf.per_device_busy_s, rel=1e-9)
+    assert r.bytes_moved == pytest.approx(rf.bytes_moved, rel=1e-9)
+    assert r.feasible == rf.feasible
+    if sym.tg.sym is not None:
+        assert sym.tg.alive.sum() < full.tg.alive.sum()
+    # a delta on a symmetric graph is a full simulation of the new strategy
+    op = g.ops[3]
+    cfg = ParallelConfig.single(len(op.output_shape), 0)
+    r2 = sym.delta(op.name, cfg)
+    ref = Simulator(g, m, sync="collective")
+    ref.tg.symmetry = False
+    assert r2.iteration_time_s == pytest.approx(ref.run(s.with_config(op.name, cfg))
+                                                .iteration_time_s, rel=1e-12)
