@@ -84,6 +84,11 @@ def _configure(p) -> None:
                         "this machine, cached), contended (measured with every device busy; "
                         "the default with --compare, as `legionpy train` predicts), or a "
                         "profile JSON from `legionpy profile`")
+    p.add_argument("--sync", choices=("shards", "collective"), default="shards",
+                   help="gradient sync: shards (point-to-point copies to update shards, what "
+                        "the runtime runs today; default) or collective (reduce-scatter + "
+                        "all-gather per 25 MiB bucket, ring/hierarchical/tree: docs/seam.md; "
+                        "use it past ~64 devices)")
     p.add_argument("--compare", action="store_true",
                    help="also run the strategy for real here (--machine local) and report "
                         "simulated vs measured iteration time and per-device busy time")
@@ -112,13 +117,14 @@ def _simulate(args) -> dict:
 
     cm = cost_model_from_spec(args.cost, len(machine.devices), machine)
     with Stages(["task graph", "schedule"], f"simulate {args.model}", args.json) as stages:
-        sim = Simulator(graph, machine, cm)
+        sim = Simulator(graph, machine, cm, sync=getattr(args, "sync", "shards"))
         sim.on_stage = stages
         result = sim.run(strategy)
         sim.on_stage = None
     out = result.to_dict()
     summary = cost_model_summary(cm)
     out.update({"model": args.model, "machine": machine.name, "strategy": str(args.strategy),
+                "sync": sim.sync, "symmetry_classes": result.classes,
                 "cost_model": args.cost or ("profile" if "tiles" in summary else "analytic")})
     if "tiles" in summary:
         out["cost_tiles"] = summary["tiles"]

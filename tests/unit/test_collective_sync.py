@@ -156,3 +156,50 @@ def test_symmetric_simulation_equals_full(spec, kind):
     ref.tg.symmetry = False
     assert r2.iteration_time_s == pytest.approx(ref.run(s.with_config(op.name, cfg))
                                                 .iteration_time_s, rel=1e-12)
+
+
+def _records(sim) -> list[dict]:
+    """What a runtime that ran exactly the simulated graph would record:
+    one record per task, collectives as units (docs/seam.md)."""
+    import re
+
+    j = sim.tg.to_json()
+    devs = {d.name: d.id for d in sim.machine.devices}
+    deps: dict = {}
+    for a, b in j["deps"]:
+        deps.setdefault(b, []).append(a)
+    out = []
+    for t in j["tasks"]:
+        r = {"id": t["id"], "kind": t["kind"], "deps": deps.get(t["id"], [])}
+        if t["kind"] == "collective":
+            kind, rest = t["name"].split(":", 1)
+            r.update(name=f"{kind}({rest})", collective=t["collective"], group=t["group"],
+                     algorithm=t["algorithm"], bytes=t["bytes"])
+        else:
+            m = re.match(r"^([FBU]):(.*)\[(\d+)\]$", t["name"])
+            r.update(name=f"{m.group(1)}({m.group(2)})", launch=int(m.group(3)),
+                     device=devs[t["device"]])
+        out.append(r)
+    return out
+
+
+def test_mirror_compares_collectives_as_units():
+    from legionpy.optimizer.mirror import compare, taskgraph_form, traced_taskgraph
+
+    g, m = _cnn(), Machine.parse("p100:1x4")
+    sim = Simulator(g, m, sync="collective")
+    sim.run(Strategy.data_parallel(g, m))
+    recs = _records(sim)
+    sim_form = taskgraph_form(sim.tg)
+    assert len(sim_form.collectives) == 2 * len(sim.tg.buckets)
+    assert compare(traced_taskgraph(recs), sim_form) == []
+    # a runtime that picked another algorithm, or dropped a collective, differs
+    bad = [dict(r) for r in recs]
+    c = next(r for r in bad if r["kind"] == "collective")
+    c["algorithm"] = "tree" if c["algorithm"] != "tree" else "ring"
+    diff = compare(traced_taskgraph(bad), sim_form)
+    assert len(diff) == 1 and "algorithm" in diff[0] and c["name"][:2] in diff[0]
+    gone = [r for r in recs if r["id"] != c["id"]]
+    for r in gone:
+        r["deps"] = [d for d in r["deps"] if d != c["id"]]
+    assert any("in the taskgraph only" in d for d in compare(traced_taskgraph(gone), sim_form))

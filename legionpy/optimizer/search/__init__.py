@@ -140,7 +140,7 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
             cost_model=None, space: ConfigSpace | None = None,
             progress: Callable[[int, int | None, float], None] | None = None,
             stage: Callable[[str], None] | None = None,
-            found: dict | None = None) -> SearchReport:
+            found: dict | None = None, sync: str = "shards") -> SearchReport:
     """Run ``methods`` (default :data:`DEFAULT_METHODS`; add ``"exhaustive"``
     for tiny cases) and simulate each result.
 
@@ -165,7 +165,7 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
         raise StrategyError(f"unknown search methods {sorted(unknown)}; known: "
                             f"{list(DEFAULT_METHODS) + ['owt', 'exhaustive']}")
     cost_model = cost_model or default_cost_model(machine)  # one model for every method
-    sim = Simulator(graph, machine, cost_model)
+    sim = Simulator(graph, machine, cost_model, sync=sync)  # sync: docs/seam.md
     rep = SearchReport(graph.name, machine.name)
     # {method: (strategy, search s)} as methods finish; a caller's dict keeps
     # the results so far when Ctrl-C ends the search (legionpy search)
