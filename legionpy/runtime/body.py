@@ -61,7 +61,7 @@ class PointBody:
         task over the same regions (``args`` unprojected: FutureMaps are
         projected by this point's color; region arguments keep the recorded
         subregions)."""
-        b = PointBody.__new__(PointBody)
+        b = type(self).__new__(type(self))
         b.fn, b.name, b.point, b.rargs = self.fn, self.name, self.point, self.rargs
         b.prologues, b.views = self.prologues, self.views
         b.fut_pos, b.inst = self.fut_pos, self.inst
