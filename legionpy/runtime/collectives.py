@@ -221,49 +221,52 @@ class MPITransport:
 
         comm, ranges, cl = spec.comm
         n = len(spec.group)
-        first = next(iter(bufs.values()))
-        n_elems = len(first)
-        bounds = C.chunk_bounds(n_elems, n)
+        n_elems = len(next(iter(bufs.values())))
+        bounds = C.chunk_bounds(n_elems, n)  # equal chunks of the padded buffer
         c = bounds[0][1] - bounds[0][0]
         me = comm.Get_rank()
         lo, hi = ranges[me]
-        host = {p: to_host(a) for p, a in bufs.items()}
+        host = {}
+        for p, a in bufs.items():  # padded host copies (the pool's, when on the host)
+            h = np.zeros(c * n, a.dtype)
+            h[:n_elems] = to_host(a)
+            host[p] = h
         dt = host[spec.local[0]].dtype
         MPI = cl.MPI
         counts = [(h - lw) * c for lw, h in ranges]
         displs = [lw * c for lw, _ in ranges]
         t0 = time.perf_counter()
         if spec.kind == "reduce_scatter":
-            send = np.zeros(n_elems, dt)
+            send = np.zeros(c * n, dt)
             for a in host.values():
                 send += a
             recv = np.empty(counts[me], dt)
-            req = comm.Ireduce_scatter(send, recv, counts, op=MPI.SUM)
-            _wait(cl, req, spec, comm)
+            _wait(cl, comm.Ireduce_scatter(send, recv, counts, op=MPI.SUM), spec, comm)
             for p, a in host.items():
                 a[...] = 0
-                a[bounds[p][0]:bounds[p][1]] = recv[(p - lo) * c:(p - lo + 1) * c]
+                a[p * c:(p + 1) * c] = recv[(p - lo) * c:(p - lo + 1) * c]
         elif spec.kind == "all_gather":
             mine = np.empty(counts[me], dt)
             for p, a in host.items():
-                mine[(p - lo) * c:(p - lo + 1) * c] = a[bounds[p][0]:bounds[p][1]]
-            full = np.empty(n_elems, dt)
-            req = comm.Iallgatherv(mine, [full, counts, displs, MPI._typedict[dt.char]])
-            _wait(cl, req, spec, comm)
+                mine[(p - lo) * c:(p - lo + 1) * c] = a[p * c:(p + 1) * c]
+            full = np.empty(c * n, dt)
+            _wait(cl, comm.Iallgatherv(mine, [full, counts, displs, MPI._typedict[dt.char]]),
+                  spec, comm)
             for a in host.values():
                 a[...] = full
         else:
-            send = np.zeros(n_elems, dt)
+            send = np.zeros(c * n, dt)
             for a in host.values():
                 send += a
-            full = np.empty(n_elems, dt)
-            req = comm.Iallreduce(send, full, op=MPI.SUM)
-            _wait(cl, req, spec, comm)
+            full = np.empty(c * n, dt)
+            _wait(cl, comm.Iallreduce(send, full, op=MPI.SUM), spec, comm)
             for a in host.values():
                 a[...] = full
         for p, a in bufs.items():
             if is_gpu(a):
-                from_host(a, host[p])
+                from_host(a, host[p][:n_elems])
+            else:
+                a[...] = host[p][:n_elems]
         return [{"src": spec.group[lo], "dst": None, "bytes": spec.nbytes, "start": t0,
                  "end": time.perf_counter(), "mpi": spec.kind}]
 
@@ -276,27 +279,44 @@ def _wait(cl: Any, req: Any, spec: CollectiveSpec, comm: Any) -> None:
                                f"collective {spec.name} ({spec.kind} over devices "
                                f"{list(spec.group)}, {spec.algorithm}, {spec.nbytes:.0f} bytes)")
     except TaskError as exc:
-        raise TaskError(f"collective {spec.name} ({spec.kind} over devices {list(spec.group)}) "
-                        f"on rank {cl.rank}: {exc}") from exc
+        text = (f"collective {spec.name} ({spec.kind} over devices {list(spec.group)}) on "
+                f"rank {cl.rank}: {exc}")
+        cl.report_failure(text)  # every rank prints it; the job ends after the grace
+        raise TaskError(text) from exc
 
 
 class Communicators:
     """Sub-communicators of the MPI job, one per set of world ranks, made on
     the launching thread (every rank launches the same collectives in the
-    same order, so every rank of the set makes it at the same point)."""
+    same order, so every rank of the set makes it at the same point). The
+    whole job's is a non-blocking ``Idup`` awaited with the cluster's
+    deadline, so a rank that died before its first collective ends the job
+    with an error instead of a hang; a proper subset of the ranks takes
+    ``Create_group`` (blocking: MPI has no non-blocking form)."""
 
     def __init__(self, cl: Any) -> None:
         self.cl = cl
-        self.base = cl.world.Dup()
         self.cache: dict[tuple[int, ...], Any] = {}
 
-    def get(self, ranks: tuple[int, ...]) -> Any:
+    def get(self, ranks: tuple[int, ...], spec: CollectiveSpec) -> Any:
         comm = self.cache.get(ranks)
         if comm is None:
-            if self.cl.rank not in ranks:
+            cl = self.cl
+            if cl.rank not in ranks:
                 return None
-            grp = self.base.Get_group().Incl(list(ranks))
-            comm = self.base.Create_group(grp, tag=hash(ranks) % 30000)
+            if len(ranks) == cl.size:
+                comm, req = cl.world.Idup()
+                try:
+                    cl.wait([req], lambda: f"ranks {[r for r in ranks if r != cl.rank]} to "
+                                           f"make the communicator of collective {spec.name} "
+                                           f"(devices {list(spec.group)})")
+                except TaskError as exc:
+                    cl.report_failure(f"collective {spec.name} ({spec.kind} over devices "
+                                      f"{list(spec.group)}) on rank {cl.rank}: {exc}")
+                    raise
+            else:
+                grp = cl.world.Get_group().Incl(list(ranks))
+                comm = cl.world.Create_group(grp, tag=hash(ranks) % 30000)
             self.cache[ranks] = comm
         return comm
 
@@ -376,7 +396,7 @@ def _bind(rt: Any, spec: CollectiveSpec) -> None:
     comms = rt.__dict__.get("_comms")
     if comms is None:
         comms = rt._comms = Communicators(cl)
-    comm = comms.get(ranks)
+    comm = comms.get(ranks, spec)
     if comm is None:
         spec.comm = None
         return
