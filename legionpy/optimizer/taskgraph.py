@@ -282,6 +282,7 @@ class TaskGraph:
         self.symmetry = True
         self.sym = None
         self._classes = node_classes(machine)
+        self._boxes: dict = {}  # (op, degrees, N) -> {block: bounding box}
         if len(ops) + len(self.params) >= 2**14:
             raise StrategyError(f"graph has {len(ops)} ops and {len(self.params)} parameters; "
                                 f"task keys allow 16383 in all")
@@ -446,7 +447,11 @@ class TaskGraph:
         n = int(np.prod(degs))
         b = n // N
         out = {}
+        cache = self._boxes.setdefault((o, degs, N), {})
         for m in which:
+            if m in cache:
+                out[m] = cache[m]
+                continue
             ia = np.unravel_index(m * b, degs)
             ib = np.unravel_index((m + 1) * b - 1, degs)
             box = Rect(tuple(block_bound(lo, hi, k, int(j))[0]
@@ -455,7 +460,7 @@ class TaskGraph:
                              for lo, hi, k, j in zip(rect.lo, rect.hi, degs, ib)))
             if box.volume * n != rect.volume * b:
                 raise Asymmetric(o)
-            out[m] = box
+            out[m] = cache[m] = box
         return out
 
     def _check_local(self, p: int, cp, cons) -> None:

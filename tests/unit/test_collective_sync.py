@@ -108,31 +108,16 @@ def test_delta_equals_full_with_collectives(seed):
         assert r.peak_memory == rf.peak_memory
 
 
-def _hybrid(graph, machine):
-    """Samples split across nodes, parameters inside each node (where they
-    divide), else samples over every device."""
-    N, G = machine.num_nodes, machine.num_devices // machine.num_nodes
-    devs = tuple(range(machine.num_devices))
-    out = {}
-    for op in graph.ops:
-        degs = [1] * len(op.output_shape)
-        s = op.dims.index("sample")
-        p = op.dims.index("parameter") if "parameter" in op.dims else None
-        if p is not None and op.output_shape[p] % G == 0 and op.output_shape[s] % N == 0:
-            degs[s], degs[p] = N, G
-        else:
-            degs[s] = N * G
-        out[op.name] = ParallelConfig(tuple(degs), devs)
-    return Strategy(out, graph.name, machine.name)
-
-
-@pytest.mark.parametrize("spec,kind", [("p100:4x4", "data"), ("h100:4x4", "hybrid"),
-                                       ("p100:4x4", "owt"), ("h100:8x8", "data"),
-                                       ("h100:16x8", "data"), ("k80:4x4", "hybrid")])
+@pytest.mark.parametrize("spec,kind", [
+    ("p100:4x4", "data"), ("h100:4x4", "hybrid"), ("p100:4x4", "owt"), ("k80:4x4", "hybrid"),
+    ("h100:8x8", "data"),
+    pytest.param("h100:16x8", "data", marks=pytest.mark.slow),  # 128 GPUs; 64 above
+    pytest.param("h100:8x8", "hybrid", marks=pytest.mark.slow)])
 def test_symmetric_simulation_equals_full(spec, kind):
     g = _cnn(128)
     m = Machine.parse(spec)
-    s = {"data": Strategy.data_parallel, "owt": Strategy.owt, "hybrid": _hybrid}[kind](g, m)
+    s = {"data": Strategy.data_parallel, "owt": Strategy.owt,
+         "hybrid": Strategy.hybrid}[kind](g, m)
     full = Simulator(g, m, sync="collective")
     full.tg.symmetry = False
     rf = full.run(s)
@@ -203,3 +188,24 @@ def test_mirror_compares_collectives_as_units():
     for r in gone:
         r["deps"] = [d for d in r["deps"] if d != c["id"]]
     assert any("in the taskgraph only" in d for d in compare(traced_taskgraph(gone), sim_form))
+
+
+def test_hybrid_baseline_splits_parameters_inside_nodes():
+    g, m = _cnn(64), Machine.parse("p100:4x4")
+    s = Strategy.hybrid(g, m)
+    conv = next(op for op in g.ops if op.kind == "conv2d")
+    assert s[conv.name].degrees[:2] == (4, 4)  # samples over nodes, channels in a node
+    assert s[conv.name].devices == tuple(range(16))
+
+
+def test_search_at_scale_runs_symmetric_methods(monkeypatch):
+    from legionpy.optimizer import search
+
+    monkeypatch.setattr(search, "AT_SCALE", 8)
+    g, m = _cnn(64), Machine.parse("p100:4x4")
+    rep = search.run_all(g, m, budget_s=2, seed=0, sync="collective")
+    assert set(rep.rows) == set(search.SCALE_METHODS)
+    data = rep.rows["data"]["iteration_time_s"]
+    assert rep.rows["mcmc"]["iteration_time_s"] <= min(data, rep.rows["hybrid"][
+        "iteration_time_s"])
+    assert rep.rows[rep.best]["iteration_time_s"] <= data
