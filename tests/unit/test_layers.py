@@ -70,7 +70,6 @@ ALLOWED_ARROWS: dict[tuple[str, str], str] = {
     ("optimizer.machine", "runtime.calibrate"): "measuring moves to probe/",
     ("optimizer.machine", "runtime.mpi"): "measuring moves to probe/",
     ("optimizer.profile", "runtime.gpu"): "measuring moves to probe/",
-    ("optimizer.taskgraph", "runtime.coherence"): "coherence moves to regions/",
     ("regions.region", "runtime"): "the runtime injects a hook instead",
     ("runtime.core", "mapper"): "the mapper interface moves to runtime/mapping.py",
 }
