@@ -226,6 +226,9 @@ class MPITransport:
         c = bounds[0][1] - bounds[0][0]
         me = comm.Get_rank()
         lo, hi = ranges[me]
+        if len(bufs) == 1 and n_elems == c * n and type(first := bufs[lo]) is np.ndarray \
+                and first.flags.c_contiguous and spec.kind != "all_reduce":
+            return MPITransport._direct(spec, first, lo, c, counts_of(ranges, c), comm, cl)
         host = {}
         for p, a in bufs.items():  # padded host copies (the pool's, when on the host)
             h = np.zeros(c * n, a.dtype)
@@ -233,8 +236,7 @@ class MPITransport:
             host[p] = h
         dt = host[spec.local[0]].dtype
         MPI = cl.MPI
-        counts = [(h - lw) * c for lw, h in ranges]
-        displs = [lw * c for lw, _ in ranges]
+        counts, displs = counts_of(ranges, c)
         t0 = time.perf_counter()
         if spec.kind == "reduce_scatter":
             send = np.zeros(c * n, dt)
@@ -269,6 +271,32 @@ class MPITransport:
                 a[...] = host[p][:n_elems]
         return [{"src": spec.group[lo], "dst": None, "bytes": spec.nbytes, "start": t0,
                  "end": time.perf_counter(), "mpi": spec.kind}]
+
+
+    @staticmethod
+    def _direct(spec: CollectiveSpec, buf: np.ndarray, p: int, c: int, cd: tuple, comm: Any,
+                cl: Any) -> list[dict]:
+        """One local position, a host buffer of whole chunks (the flat
+        gradient and weight rows of collective sync): MPI reads and writes
+        the instance itself (the all-gather in place), no staging copies."""
+        counts, displs = cd
+        t0 = time.perf_counter()
+        if spec.kind == "reduce_scatter":
+            recv = np.empty(c, buf.dtype)
+            _wait(cl, comm.Ireduce_scatter(buf, recv, counts, op=cl.MPI.SUM), spec, comm)
+            buf[...] = 0
+            buf[p * c:(p + 1) * c] = recv
+        else:
+            _wait(cl, comm.Iallgatherv(cl.MPI.IN_PLACE, [buf, counts, displs,
+                                                          cl.MPI._typedict[buf.dtype.char]]),
+                  spec, comm)
+        return [{"src": spec.group[p], "dst": None, "bytes": spec.nbytes, "start": t0,
+                 "end": time.perf_counter(), "mpi": spec.kind}]
+
+
+def counts_of(ranges: list, c: int) -> tuple[list[int], list[int]]:
+    """Element counts and displacements of each communicator rank's chunks."""
+    return [(h - lw) * c for lw, h in ranges], [lw * c for lw, _ in ranges]
 
 
 def _wait(cl: Any, req: Any, spec: CollectiveSpec, comm: Any) -> None:
