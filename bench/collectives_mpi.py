@@ -9,8 +9,8 @@ synchronises), batch ``--batch`` (split over every device). For each sync
 mode, one ``fit`` of ``--steps`` steps after two warm-up steps (the first
 records the step's trace, the second replays it); timed is the median of
 ``--steps`` single-step ``fit`` calls, each followed by a fence (wall clock);
-the modes alternate ``--repeat`` times and each keeps its best median. Prints ms per step for ``shards`` and
-``collective``, their ratio, the parameter bytes, and the machine load
+the modes alternate ``--repeat`` times and each keeps its best median.
+Prints ms per step for ``shards`` and ``collective``, their ratio, the parameter bytes, and the machine load
 (``os.getloadavg``) at the start and end: on a shared 2-core machine the
 ranks' compute competes with everything else, so state it with the figures.
 """
@@ -76,7 +76,8 @@ def main() -> None:
             t, nbytes = step_times(sync, args)
             res[sync] = min(res.get(sync, np.inf), float(np.median(t)))
     if comm.rank == 0:
-        print(f"AlexNet data parallel, {comm.size} ranks, {args.devices} devices, batch {args.batch}, "
+        print(f"AlexNet data parallel, {comm.size} ranks, {args.devices} devices, "
+              f"batch {args.batch}, "
               f"{nbytes / 2**20:.1f} MiB of parameters, best of {args.repeat} medians of "
               f"{args.steps} steps")
         for sync, t in res.items():
