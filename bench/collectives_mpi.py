@@ -11,8 +11,9 @@ records the step's trace, the second replays it); timed is the median of
 ``--steps`` single-step ``fit`` calls, each followed by a fence (wall clock);
 the modes alternate ``--repeat`` times and each keeps its best median.
 Prints ms per step for ``shards`` and ``collective``, their ratio, the
-parameter bytes, and the machine load (``os.getloadavg``) at the start and end: on a shared 2-core machine the
-ranks' compute competes with everything else, so state it with the figures.
+parameter bytes, and the machine load (``os.getloadavg``) at the start and
+end: on a shared 2-core machine the ranks' compute competes with everything
+else, so state it with the figures.
 """
 
 from __future__ import annotations
