@@ -65,3 +65,45 @@ def test_emulated_gpus(emu):
     a = train(cnn, X_IMG, 2, "data", "shards", start=lambda: emu(2))[0]
     b = train(cnn, X_IMG, 2, "data", "collective", start=lambda: emu(2))[0]
     same(a, b, "cnn data on 2 emulated GPUs")
+
+
+def test_checkpoint_round_trip_and_parameters_between_steps(tmp_path):
+    """Parameters and optimizer state live in the flat replicas between
+    steps: ``parameters()`` and ``save`` read them back, ``load`` writes
+    them into every replica; resuming equals training straight through."""
+    def run(split):
+        lp.init(cpus=2)
+        try:
+            m = cnn()
+            m.compile(optimizer=lp.nn.SGD(lr=0.1, momentum=0.9), strategy="data",
+                      loss="sparse_categorical_crossentropy", sync="collective")
+            b = m.batch_size
+            if not split:
+                m.fit(X_IMG[:3 * b], Y[:3 * b], epochs=1, verbose=0, shuffle=False)
+                return m.parameters()
+            m.fit(X_IMG[:b], Y[:b], epochs=1, verbose=0, shuffle=False)
+            m.parameters()  # a read between steps changes nothing
+            m.save(str(tmp_path / "ck.npz"))
+        finally:
+            lp.runtime.shutdown()
+        lp.init(cpus=2)
+        try:
+            m = cnn()
+            m.compile(optimizer=lp.nn.SGD(lr=0.1, momentum=0.9), strategy="data",
+                      loss="sparse_categorical_crossentropy", sync="collective")
+            m.load(str(tmp_path / "ck.npz"))
+            m.fit(X_IMG[b:3 * b], Y[b:3 * b], epochs=1, verbose=0, shuffle=False)
+            return m.parameters()
+        finally:
+            lp.runtime.shutdown()
+    same(run(False), run(True), "resumed from a checkpoint")
+
+
+def test_unknown_sync_mode_is_an_error():
+    lp.init(cpus=1)
+    try:
+        m = mlp()
+        with pytest.raises(lp.errors.ModelError, match="sync mode 'allreduce'"):
+            m.compile(strategy="data", sync="allreduce")
+    finally:
+        lp.runtime.shutdown()
