@@ -237,3 +237,22 @@ def test_delta_equals_full_random_dags_with_collectives(seed, n_ops):
         assert _orders(sim) == _orders(ref)
         assert r.iteration_time_s == rf.iteration_time_s
         assert r.peak_memory == rf.peak_memory
+
+
+def test_symmetric_table_holds_only_node_symmetric_configs():
+    from legionpy.optimizer.search.space import symmetric_table
+    from legionpy.optimizer.symmetry import symmetric_blocks
+
+    g, m = _cnn(64), Machine.parse("p100:4x4")
+    table = symmetric_table(g, m)
+    assert all(Strategy.data_parallel(g, m)[n] in c for n, c in table.items())
+    hyb = Strategy.hybrid(g, m)
+    assert all(hyb[n] in c for n, c in table.items())
+    rng = random.Random(0)
+    for _ in range(10):
+        s = Strategy({n: rng.choice(c) for n, c in table.items()}, g.name, m.name)
+        s.validate(g, m)
+        assert symmetric_blocks(g, s, 4, 4)
+        sim = Simulator(g, m, sync="collective")
+        sim.run(s)
+        assert sim.tg.sym == (4, 4)  # no activation crosses a node either
