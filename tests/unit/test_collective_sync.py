@@ -256,3 +256,23 @@ def test_symmetric_table_holds_only_node_symmetric_configs():
         sim = Simulator(g, m, sync="collective")
         sim.run(s)
         assert sim.tg.sym == (4, 4)  # no activation crosses a node either
+
+
+def test_cli_simulate_sync_collective(tmp_path, capsys):
+    import json
+
+    from legionpy.cli import main
+
+    graph = tmp_path / "tg.json"
+    assert main(["simulate", "lenet", "--machine", "p100:2x2", "--strategy", "hybrid",
+                 "--sync", "collective", "--json", "--taskgraph", str(graph)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["sync"] == "collective" and out["iteration_time_s"] > 0
+    tg = json.loads(graph.read_text())
+    coll = [t for t in tg["tasks"] if t["kind"] == "collective"]
+    assert coll and all({"group", "algorithm", "collective", "bytes"} <= set(t) for t in coll)
+    assert out["symmetry_classes"] == tg.get("symmetry", {}).get("classes", 1)
+    # the runtime runs shards only: --compare refuses collective sync by name
+    assert main(["simulate", "lenet", "--machine", "local", "--compare",
+                 "--sync", "collective"]) == 2
+    assert "--sync collective" in capsys.readouterr().err
