@@ -168,9 +168,9 @@ def _compare(args) -> dict:
                            f"can be run: use --machine local (got --machine {args.machine}); "
                            "simulate other machines without --compare")
     if getattr(args, "sync", "shards") != "shards":
-        raise MachineError(f"--compare runs the strategy for real, and the runtime syncs "
-                           f"gradients with shards only (its collective transports are not "
-                           f"in yet, docs/seam.md); drop --sync {args.sync} or --compare")
+        raise MachineError(f"--compare runs the strategy for real with the runtime's shards "
+                           f"sync (the compare path does not run collective sync yet, "
+                           f"docs/seam.md); drop --sync {args.sync} or --compare")
     check_model(args.model)
     if args.steps < 1 or args.warmup < 0:
         raise ModelError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps}, "
