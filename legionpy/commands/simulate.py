@@ -69,7 +69,8 @@ def check_cost_model(cost: str, machine) -> None:
 def _configure(p) -> None:
     add_model_arguments(p)
     p.add_argument("--strategy", default="data",
-                   help="data, model, owt, expert, or a strategy JSON file")
+                   help="data, model, owt, expert, megatron, hybrid (data across nodes, tensor "
+                        "inside), or a strategy JSON file")
     p.add_argument("--trace", type=out_file, metavar="FILE",
                    help="write the simulated timeline (Perfetto JSON)")
     p.add_argument("--taskgraph", type=out_file, metavar="FILE",
@@ -166,6 +167,10 @@ def _compare(args) -> dict:
         raise MachineError(f"--compare runs the strategy for real, and only the local machine "
                            f"can be run: use --machine local (got --machine {args.machine}); "
                            "simulate other machines without --compare")
+    if getattr(args, "sync", "shards") != "shards":
+        raise MachineError(f"--compare runs the strategy for real with the runtime's shards "
+                           f"sync (the compare path does not run collective sync yet, "
+                           f"docs/seam.md); drop --sync {args.sync} or --compare")
     check_model(args.model)
     if args.steps < 1 or args.warmup < 0:
         raise ModelError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps}, "

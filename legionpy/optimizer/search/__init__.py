@@ -52,7 +52,7 @@ from .hierarchical import HierarchicalResult, hierarchical
 from .mcmc import MCMCResult, initial_candidates
 from .mcmc import mcmc as run_mcmc
 from .partitioner import PartitionResult, partition
-from .space import ConfigSpace
+from .space import ConfigSpace, symmetric_table
 from .stages import staged_candidates
 
 __all__ = ["mcmc", "run_mcmc", "run_all", "SearchReport", "search_for_model", "eliminate",
@@ -278,9 +278,12 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
         known = {n: cost(s) for n, s in init.items() if n != "random"}
         left = max(0.0, deadline - time.perf_counter()) if timed else budget_s
         t1 = time.perf_counter()
+        # at scale: proposals among node-symmetric configs, each simulated
+        # on one node per class in about a second (docs/search.md)
+        table = symmetric_table(graph, machine, space) if scale else None
         mr = run_mcmc(graph, machine, left, seed, iterations, space=space, initial=init,
                       simulator=sim, progress=progress, known_costs=known,
-                      full_sim_s=scoring[0] / max(1, len(scored)))
+                      full_sim_s=scoring[0] / max(1, len(scored)), table=table)
         found["mcmc"] = (mr.strategy, time.perf_counter() - t1 + dp_t)
         if mr.result is not None:
             score(mr.strategy, mr.result)
