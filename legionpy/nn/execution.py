@@ -526,7 +526,7 @@ class Executor:
         if not segs:
             self.opt.update(v.w, v.g, state, step)
             return
-        keep = np.zeros(v.g.shape, bool)
+        keep = v.g != v.g  # all False, on the chunk's device
         for lo, hi in segs:
             keep[lo:hi] = True
         idx = np.flatnonzero(~keep | (v.g != 0))

@@ -107,3 +107,26 @@ def test_unknown_sync_mode_is_an_error():
             m.compile(strategy="data", sync="allreduce")
     finally:
         lp.runtime.shutdown()
+
+
+def test_embeddings_sparse_update_adam():
+    """Embedding tables update only the elements of touched rows (the
+    SparseAdam semantics of the shards mode) inside a flat chunk."""
+    from test_mirror import data_for, rnn
+
+    lp.init(cpus=1)
+    xs, y = data_for(rnn())  # the same batch for both runs
+    lp.runtime.shutdown()
+
+    def run(sync):
+        lp.init(cpus=2)
+        try:
+            m = rnn()
+            m.compile(optimizer=lp.nn.Adam(lr=0.01), strategy="data", sync=sync,
+                      loss="sparse_categorical_crossentropy")
+            for _ in range(3):
+                m.fit(xs[0] if len(xs) == 1 else xs, y, epochs=1, verbose=0, shuffle=False)
+            return m.parameters()
+        finally:
+            lp.runtime.shutdown()
+    same(run("shards"), run("collective"), "rnn (embedding) Adam")
