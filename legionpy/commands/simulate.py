@@ -167,10 +167,6 @@ def _compare(args) -> dict:
         raise MachineError(f"--compare runs the strategy for real, and only the local machine "
                            f"can be run: use --machine local (got --machine {args.machine}); "
                            "simulate other machines without --compare")
-    if getattr(args, "sync", "shards") != "shards":
-        raise MachineError(f"--compare runs the strategy for real with the runtime's shards "
-                           f"sync (the compare path does not run collective sync yet, "
-                           f"docs/seam.md); drop --sync {args.sync} or --compare")
     check_model(args.model)
     if args.steps < 1 or args.warmup < 0:
         raise ModelError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps}, "
@@ -182,7 +178,8 @@ def _compare(args) -> dict:
         sizes["batch_size"] = args.batch_size
     r = compare(args.model, args.strategy, scale=args.scale, sizes=sizes,
                 cost=args.cost or LOCAL_COST,
-                steps=args.steps, warmup=args.warmup, overhead=not args.no_overhead)
+                steps=args.steps, warmup=args.warmup, overhead=not args.no_overhead,
+                sync=getattr(args, "sync", "shards"))
     out = r.to_dict()
     sim = out.pop("simulation")
     out.update({k: sim[k] for k in ("bytes_moved", "per_link_busy_s", "feasible")

@@ -53,7 +53,7 @@ __all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "train_pre
 LOCAL_COST = "contended"
 
 def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, warmup: int = 2,
-                    seed: int = 0) -> dict[str, Any]:
+                    seed: int = 0, sync: str | None = None) -> dict[str, Any]:
     """Compile ``model`` (an uncompiled ``nn.Model``) with ``strategy`` and
     train ``warmup + steps`` batches in ONE ``fit`` call, as training runs
     (``fit`` launches step i+1 before waiting for step i, so the control
@@ -71,7 +71,7 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
 
     rt = lr.get_runtime()
     model.compile(optimizer=nn.SGD(lr=1e-3), loss="sparse_categorical_crossentropy",
-                  strategy=strategy, machine=machine)
+                  strategy=strategy, machine=machine, sync=sync)
     b = model.batch_size
     warmup = max(1, warmup)
     total = warmup + steps
@@ -183,7 +183,7 @@ def _strategy_label(spec: Any) -> str:
 
 def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_COST,
             overhead: bool | RuntimeOverhead = True,
-            background_cores: float | None = None) -> dict[str, Any]:
+            background_cores: float | None = None, sync: str = "shards") -> dict[str, Any]:
     """The local machine model's prediction of one training iteration of
     ``graph`` under ``strategy`` (a Strategy): the simulator with ``cost``
     and this machine's cached :class:`RuntimeOverhead` (``overhead=True``),
@@ -210,7 +210,7 @@ def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_CO
         ovh = overhead
     if ovh is not None:
         ovh = ovh.under_load(background_cores)
-    return _bcast(simulate_strategy(graph, machine, strategy, cost, ovh))
+    return _bcast(simulate_strategy(graph, machine, strategy, cost, ovh, sync=sync))
 
 
 def train_prediction(model: Any, measured_s: float,
@@ -242,7 +242,7 @@ def train_prediction(model: Any, measured_s: float,
 def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
             sizes: dict | None = None, cost: Any = LOCAL_COST, steps: int = 5, warmup: int = 2,
             overhead: bool | RuntimeOverhead = True, seed: int = 0,
-            machine: Any = None) -> FidelityResult:
+            machine: Any = None, sync: str = "shards") -> FidelityResult:
     """Simulate ``model`` under ``strategy`` on the local machine, run it for
     real, and compare (module doc).
 
@@ -261,12 +261,12 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
         else model
     machine = machine or Machine.local()
     strat = resolve_strategy(strategy, m.graph, machine)
-    sim = predict(m.graph, strat, machine, cost, overhead)
-    real = measure_runtime(m, strat, machine, steps=steps, warmup=warmup, seed=seed)
+    sim = predict(m.graph, strat, machine, cost, overhead, sync=sync)
+    real = measure_runtime(m, strat, machine, steps=steps, warmup=warmup, seed=seed, sync=sync)
     t_sim, t_real = sim["iteration_time_s"], real["measured_time_s"]
     bg = real.get("measured_background_cores")
-    t_load = predict(m.graph, strat, machine, cost, overhead,
-                     background_cores=bg)["iteration_time_s"] if bg else t_sim
+    t_load = predict(m.graph, strat, machine, cost, overhead, background_cores=bg,
+                     sync=sync)["iteration_time_s"] if bg else t_sim
     return FidelityResult(
         model=name, strategy=_strategy_label(strategy), machine=machine.name,
         cost_model=("measured on the GPU" if cost == "contended" and any(

@@ -472,8 +472,8 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
 
 
 def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any = "measured",
-                      overhead: RuntimeOverhead | None = None, pipelined: bool = True
-                      ) -> dict[str, Any]:
+                      overhead: RuntimeOverhead | None = None, pipelined: bool = True,
+                      sync: str = "shards") -> dict[str, Any]:
     """Simulate one iteration; ``cost_model``: a CostModel, a ``--cost``
     spec, or ``"contended"`` (tile kernels timed with every other device of
     the machine running the same kernel, :class:`~legionpy.optimizer.calibration.
@@ -481,7 +481,8 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
     Returns the simulator's ``SimResult.to_dict()`` plus
     ``kernel_time_s`` (the plain simulator's iteration time); with
     ``overhead``, ``iteration_time_s`` and ``per_device_busy_s`` are those
-    of :func:`simulate_with_runtime` and ``overhead`` is recorded."""
+    of :func:`simulate_with_runtime` and ``overhead`` is recorded. ``sync``:
+    the gradient synchronisation simulated (docs/seam.md)."""
     from .costmodel import CostModel, cost_model_from_spec
     from .simulator import Simulator
 
@@ -495,7 +496,7 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
     else:
         cm = cost_model if isinstance(cost_model, CostModel) \
             else cost_model_from_spec(cost_model)
-    sim = Simulator(graph, machine, cm)
+    sim = Simulator(graph, machine, cm, sync=sync)
     res = sim.run(strategy)
     out = res.to_dict()
     out["kernel_time_s"] = res.iteration_time_s

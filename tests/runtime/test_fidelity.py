@@ -275,3 +275,17 @@ def test_layer_api_calibration_on_synthetic_models(rt2, cache):
     c = measure_kernel_concurrency(n=64, elems=10_000, reps=2)
     assert c["kernel_scale"] >= 1 and c["kernel_scale_mem"] >= 1
     assert c["intensity_compute"] > c["intensity_mem"] > 0
+
+
+def test_simulate_compare_collective_sync(cache, capsys):
+    """``--compare --sync collective``: the simulator's collective task graph
+    against a run that trains with sync="collective" (the runtime runs it)."""
+    try:
+        assert main(["simulate", "lenet", "--machine", "local:2", "--scale", "small",
+                     "--batch-size", "8", "--cost", "analytic", "--no-overhead", "--compare",
+                     "--sync", "collective", "--steps", "2", "--warmup", "1", "--json"]) == 0
+    finally:
+        lr.shutdown()
+    out = json.loads(capsys.readouterr().out)
+    assert out["measured_time_s"] > 0 and out["iteration_time_s"] > 0
+    assert set(out["measured_per_device_busy_s"]) == set(out["per_device_busy_s"])
