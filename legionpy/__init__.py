@@ -46,11 +46,11 @@ _EXPORTS = {
     "LaunchOptions": "legionpy.runtime",
     "init": "legionpy.runtime",
     "shutdown": "legionpy.runtime",
-    # mapper
-    "Mapper": "legionpy.mapper",
-    "DefaultMapper": "legionpy.mapper",
-    "TaskOptions": "legionpy.mapper",
-    "Mapping": "legionpy.mapper",
+    # the mapper interface (the runtime's; application mappers: legionpy.mapper)
+    "Mapper": "legionpy.runtime.mapping",
+    "DefaultMapper": "legionpy.runtime.mapping",
+    "TaskOptions": "legionpy.runtime.mapping",
+    "Mapping": "legionpy.runtime.mapping",
 }
 _SUBMODULES = ("errors", "geometry", "regions", "runtime", "mapper", "ops", "optimizer",
                "nn", "models", "data", "frontends")

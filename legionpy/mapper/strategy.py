@@ -27,8 +27,7 @@ from typing import Any
 from ..errors import MappingError
 from ..placement import WeightTile, param_tiles, update_points, update_shards, weight_tiles
 from ..runtime.devices import Device
-from .base import MapperTask
-from .default import DefaultMapper
+from ..runtime.mapping import DefaultMapper, MapperTask
 
 __all__ = ["StrategyMapper", "weight_tiles", "WeightTile", "update_shards", "param_tiles",
            "update_points"]

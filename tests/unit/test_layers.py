@@ -71,7 +71,6 @@ ALLOWED_ARROWS: dict[tuple[str, str], str] = {
     ("optimizer.machine", "runtime.mpi"): "measuring moves to probe/",
     ("optimizer.profile", "runtime.gpu"): "measuring moves to probe/",
     ("regions.region", "runtime"): "the runtime injects a hook instead",
-    ("runtime.core", "mapper"): "the mapper interface moves to runtime/mapping.py",
 }
 
 #: (importing module, imported module, name) -> why the private name crosses.
@@ -263,3 +262,21 @@ def test_parser_sees_every_form(tmp_path, monkeypatch, src, expect):
     monkeypatch.setattr(Path, "read_text", lambda self, *a, **k: src)
     found = [(t, n) for t, n, _ in imports(path)]
     assert expect in found
+
+
+def test_runtime_loads_neither_optimizer_nor_application_mappers():
+    """Starting the runtime imports only what is below it (the mapper
+    interface is the runtime's own, runtime/mapping.py)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, legionpy as lp\n"
+            "r = lp.runtime.Runtime(cpus=2, executor='serial')\n"
+            "r.shutdown()\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith('legionpy.'))))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    above = [m for m in out if group(m[len("legionpy."):]) not in
+             ("errors", "geometry", "atomic", "progress", "placement", "regions", "ops",
+              "runtime")]
+    assert not above, f"Runtime() imported modules above the runtime: {above}"
