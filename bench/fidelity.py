@@ -13,7 +13,7 @@ within each model). Targets (issue 13): mean error <= 10%, worst <= 20%,
 Kendall tau >= 0.9 (FlexFlow, paper 8.3.1: worst < 30%, order preserved).
 Each figure comes twice: predicted for this machine to itself, and for the
 background load measured during the run (the cores other programs kept
-busy, :func:`legionpy.optimizer.calibration.background_cores`; the ``bg``,
+busy, :func:`legionpy.probe.overhead.background_cores`; the ``bg``,
 ``load ms`` and ``l.err`` columns), since on a shared machine the first
 cannot match.
 

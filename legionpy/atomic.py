@@ -3,7 +3,8 @@ to a temporary file in the same folder, flushed to disk, then renamed over
 the target, so a crash mid-write leaves the previous file intact (DESIGN.md
 invariant 6) and a concurrent reader never sees half a file. The file gets
 the mode ``open()`` would give it (0666 less the umask; an existing file
-keeps its mode), not the temporary file's 0600.
+keeps its mode), not the temporary file's 0600. :func:`cache_dir` is the
+folder of legionpy's caches (measured figures, searched strategies).
 
 >>> import os, tempfile
 >>> p = os.path.join(tempfile.mkdtemp(), "s.json")
@@ -17,9 +18,16 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write", "atomic_write_json"]
+__all__ = ["atomic_write", "atomic_write_json", "cache_dir"]
+
+
+def cache_dir() -> Path:
+    """``$LEGIONPY_CACHE``, else ``~/.cache/legionpy``: where measured
+    figures and searched strategies are cached."""
+    return Path(os.environ.get("LEGIONPY_CACHE") or Path.home() / ".cache" / "legionpy")
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO], None], *,

@@ -78,9 +78,9 @@ def device_identity() -> dict[str, Any]:
         return {"kind": "gpu", "name": name, "backend": "cupy", "emulated": False,
                 "compute_capability": str(cupy.cuda.Device(0).compute_capability),
                 "memory_bytes": int(props["totalGlobalMem"]), "versions": versions}
-    from ..optimizer.machine import _cpu_identity
+    from ..probe.machine import cpu_identity
 
-    return {"kind": "cpu", "name": _cpu_identity()["cpu"], "backend": "numpy",
+    return {"kind": "cpu", "name": cpu_identity()["cpu"], "backend": "numpy",
             "emulated": False, "versions": versions}
 
 

@@ -18,7 +18,7 @@ allocation), or all of them when there is one step; ``measured_iteration_s``
 is the steady-state seconds per step (after the first three: the traced loop
 records its first two);
 ``background_cores``: the cores other programs kept busy meanwhile
-(:func:`legionpy.optimizer.calibration.background_cores`).
+(:func:`legionpy.probe.overhead.background_cores`).
 
 Every MPI rank runs the same calls (control replication) and gets the same
 losses; :func:`is_root` tells which rank should print.
@@ -94,7 +94,7 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
 
     from .. import data as D
     from .. import runtime as lr
-    from ..optimizer.calibration import background_cores, cpu_clock
+    from ..probe.overhead import background_cores, cpu_clock
     from . import build
 
     model = build(name, batch_size=batch_size, scale=scale, seed=seed, **sizes)
