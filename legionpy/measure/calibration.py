@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from .. import nn
-from ..models.rnn import _embed, _stack
+from ..models.rnn import embed_tokens, lstm_stack
 from ..nn.strategies import resolve_strategy
 from ..optimizer.calibration import local_cores, nnls, task_counts
 from ..optimizer.costmodel import CostModel, cost_model_from_spec, default_cache_path
@@ -93,7 +93,8 @@ def _lstm(steps: int, layers: int = 1, hidden: int = 4, vocab: int = 8,
 
     m = nn.Model(batch_size=batch, name=f"calib_lstm{steps}x{layers}")
     tokens = m.input((steps,), dtype="int32", name="tokens")
-    tops, _ = _stack(m, _embed(m, tokens, steps, vocab, hidden, "emb"), layers, hidden, "l")
+    xs = embed_tokens(m, tokens, steps, vocab, hidden, "emb")
+    tops, _ = lstm_stack(m, xs, layers, hidden, "l")
     m.softmax(m.dense(tops[-1].h, 2, name="out"))
     return m
 

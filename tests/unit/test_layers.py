@@ -70,16 +70,7 @@ ALLOWED_ARROWS: dict[tuple[str, str], str] = {
 }
 
 #: (importing module, imported module, name) -> why the private name crosses.
-ALLOWED_PRIVATE: dict[tuple[str, str, str], str] = {
-    # issue 23 removes these
-    ("commands.search", "cli", "_debug"): "to be made public",
-    ("measure.calibration", "models.rnn", "_embed"): "to be made public",
-    ("measure.calibration", "models.rnn", "_stack"): "to be made public",
-    ("ops.execute", "ops.kernels.rnn", "_activate"): "to be made public",
-    ("ops.execute", "ops.kernels.rnn", "_dgates"): "to be made public",
-    ("optimizer.search.exhaustive", "optimizer.search.mcmc", "_Walker"): "to be made public",
-    ("optimizer.search.hierarchical", "optimizer.strategy", "_split_first"): "to be made public",
-}
+ALLOWED_PRIVATE: dict[tuple[str, str, str], str] = {}
 
 
 def module_name(path: Path) -> str:
