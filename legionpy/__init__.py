@@ -60,10 +60,16 @@ __all__ = sorted(_EXPORTS) + list(_SUBMODULES) + ["__version__"]
 
 def __getattr__(name: str):
     if name in _EXPORTS:
+        if _EXPORTS[name] == "legionpy.regions":
+            # a Region's data lives in the runtime: loading it installs the
+            # hook Region.read / write use (legionpy.regions.region)
+            importlib.import_module("legionpy.runtime")
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
         globals()[name] = value
         return value
     if name in _SUBMODULES:
+        if name == "regions":
+            importlib.import_module("legionpy.runtime")  # the data owner, as above
         module = importlib.import_module(f"legionpy.{name}")
         globals()[name] = module
         return module

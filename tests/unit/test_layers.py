@@ -66,7 +66,6 @@ ALLOWED_ARROWS: dict[tuple[str, str], str] = {
     ("models.training", "commands.args"): "argument parsing helpers move down",
     ("ops.kernels.common", "runtime.emugpu"): "the emulated GPU array type moves down",
     ("optimizer.profile", "runtime.gpu"): "measuring moves to probe/",
-    ("regions.region", "runtime"): "the runtime injects a hook instead",
 }
 
 #: (importing module, imported module, name) -> why the private name crosses.
