@@ -3,8 +3,7 @@ to a temporary file in the same folder, flushed to disk, then renamed over
 the target, so a crash mid-write leaves the previous file intact (DESIGN.md
 invariant 6) and a concurrent reader never sees half a file. The file gets
 the mode ``open()`` would give it (0666 less the umask; an existing file
-keeps its mode), not the temporary file's 0600. :func:`cache_dir` is the
-folder of legionpy's caches (measured figures, searched strategies).
+keeps its mode), not the temporary file's 0600.
 
 >>> import os, tempfile
 >>> p = os.path.join(tempfile.mkdtemp(), "s.json")
@@ -25,8 +24,10 @@ __all__ = ["atomic_write", "atomic_write_json", "cache_dir"]
 
 
 def cache_dir() -> Path:
-    """``$LEGIONPY_CACHE``, else ``~/.cache/legionpy``: where measured
-    figures and searched strategies are cached."""
+    """Where legionpy keeps what it measured (calibrations, kernel costs,
+    searched strategies): ``$LEGIONPY_CACHE``, default ``~/.cache/legionpy``.
+    The one place that decides it; the test suite points it at a temporary
+    folder (tests/conftest.py)."""
     return Path(os.environ.get("LEGIONPY_CACHE") or Path.home() / ".cache" / "legionpy")
 
 
