@@ -63,8 +63,6 @@ ALLOWED_ARROWS: dict[tuple[str, str], str] = {
     # issue 23 removes these; each names what the move is
     ("mapper.strategy", "nn.strategies"): "strategy presets move below the mapper",
     ("models", "frontends"): "the zoo's torch models come through the frontend",
-    ("models.training", "commands.args"): "argument parsing helpers move down",
-    ("ops.kernels.common", "runtime.emugpu"): "the emulated GPU array type moves down",
     ("optimizer.profile", "runtime.gpu"): "measuring moves to probe/",
 }
 
