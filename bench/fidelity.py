@@ -51,7 +51,7 @@ STRATEGIES = ("data", "model", "owt", "expert", "search", "random")
 def random_strategy(graph, machine, seed: int):
     """A seeded random strategy that the layer API accepts (retries invalid draws)."""
     from legionpy.errors import LegionpyError
-    from legionpy.nn.strategies import resolve_strategy
+    from legionpy.mapper.resolve import resolve_strategy
     from legionpy.optimizer import Strategy
     from legionpy.optimizer.search.space import ConfigSpace
     from legionpy.placement import weight_tiles

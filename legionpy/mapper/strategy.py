@@ -48,8 +48,8 @@ class StrategyMapper(DefaultMapper):
         the model on ``machine`` (default: this runtime's devices), register
         it under ``model_id`` and return it. ``select_parallel_config`` then
         answers from it."""
-        from ..nn.strategies import resolve_strategy
         from ..optimizer import Machine
+        from .resolve import resolve_strategy
 
         graph = getattr(model_or_graph, "graph", model_or_graph)
         if model_id is None:

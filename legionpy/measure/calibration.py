@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 
 from .. import nn
+from ..mapper.resolve import resolve_strategy
 from ..models.rnn import embed_tokens, lstm_stack
-from ..nn.strategies import resolve_strategy
 from ..optimizer.calibration import local_cores, nnls, task_counts
 from ..optimizer.costmodel import CostModel, cost_model_from_spec, default_cache_path
 from ..optimizer.fidelity import RuntimeOverhead

@@ -31,7 +31,7 @@ from .. import data as D
 from .. import models as zoo
 from .. import nn
 from .. import runtime as lr
-from ..nn.strategies import resolve_strategy
+from ..mapper.resolve import resolve_strategy
 from ..optimizer.fidelity import RuntimeOverhead, relative_error, simulate_strategy
 from ..optimizer.machine import Machine
 from ..probe.overhead import background_cores, cpu_clock

@@ -61,7 +61,6 @@ ALLOWED_ARROWS: dict[tuple[str, str], str] = {
         "Machine.local() is the README's spelling of the measured local machine; it "
         "only forwards to legionpy.probe.machine.local_machine (the optimizer never measures)",
     # issue 23 removes these; each names what the move is
-    ("mapper.strategy", "nn.strategies"): "strategy presets move below the mapper",
     ("models", "frontends"): "the zoo's torch models come through the frontend",
     ("optimizer.profile", "runtime.gpu"): "measuring moves to probe/",
 }

@@ -1,5 +1,7 @@
 """``compile(strategy=...)``: from a name, a Strategy or a JSON path to a
-validated :class:`~legionpy.optimizer.Strategy` for this graph and machine.
+validated :class:`~legionpy.optimizer.Strategy` for this graph and machine
+(moved from ``nn/strategies.py``: the StrategyMapper resolves the same specs,
+and mappers sit below ``nn``; ``legionpy.nn`` re-exports both functions).
 
 ``"search"`` runs the optimizer's search (all methods, best by the
 simulator) for this graph on this machine and caches the result by model and
