@@ -60,9 +60,15 @@ ALLOWED_ARROWS: dict[tuple[str, str], str] = {
     ("optimizer.machine", "probe.machine"):
         "Machine.local() is the README's spelling of the measured local machine; it "
         "only forwards to legionpy.probe.machine.local_machine (the optimizer never measures)",
-    # issue 23 removes these; each names what the move is
-    ("models", "frontends"): "the zoo's torch models come through the frontend",
-    ("optimizer.profile", "runtime.gpu"): "measuring moves to probe/",
+    ("optimizer.profile", "runtime.gpu"):
+        "tile_runner, the measured cost model's default runner (FlexFlow times each "
+        "kernel), puts a GPU tile's arrays on the device through the runtime's array "
+        "backend (CuPy or emulated); moving it to probe/ needs cost_model_from_spec to "
+        "take the runner from its caller (follow-up to issue 23)",
+    ("models", "frontends"):
+        "a MODEL argument may be an .onnx path (models.build / models.graph, every "
+        "command); the zoo hands it to the ONNX importer. frontends never import models, "
+        "so the two stay acyclic",
 }
 
 #: (importing module, imported module, name) -> why the private name crosses.
