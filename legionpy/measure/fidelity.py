@@ -43,7 +43,7 @@ __all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "train_pre
 #: the cost model of the local machine model's predictions (``simulate
 #: --compare``, ``legionpy train``, the benches): tile kernels timed on this
 #: machine with the other devices busy, as they run inside a training step
-#: (on GPU devices: timed on the GPU, :func:`~legionpy.measure.gpuprofile.
+#: (on GPU devices: timed on the GPU, :func:`~legionpy.measure.record_profiles.
 #: device_cost_model`)
 LOCAL_COST = "contended"
 
@@ -194,7 +194,7 @@ def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_CO
     if cost == "contended" and any(d.kind == "gpu" for d in machine.devices):
         # a GPU kernel's cost is its synchronised wall time on the GPU, not the
         # CPU seconds of a thread contending for cores
-        from .gpuprofile import device_cost_model
+        from .record_profiles import device_cost_model
 
         cost = device_cost_model()
     if overhead is True:

@@ -88,7 +88,7 @@ class ContendedCostModel:
     @staticmethod
     def local(concurrency: int, cache_path: str | None = None) -> Any:
         from .costmodel import MeasuredCostModel, default_cache_path
-        from .profile import tile_runner
+        from .kernel_timing import tile_runner
 
         path = cache_path or os.path.join(os.path.dirname(default_cache_path()),
                                           f"costs-contended-cpu-{concurrency}.json")

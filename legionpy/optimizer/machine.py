@@ -32,7 +32,7 @@ local      the CPU devices of this process: one direct directed link per
 
 A preset machine remembers its preset (``machine.preset``): its default
 cost model is the recorded GPU profile packaged for that preset when there
-is one (:mod:`legionpy.optimizer.profiles`), else the analytic roofline.
+is one (:mod:`legionpy.optimizer.recorded_profiles`), else the analytic roofline.
 """
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ class Machine:
         if not self.calibration:
             d = self.to_dict()
             if self.preset:  # strategies found on a recorded profile differ
-                from .profiles import preset_profile
+                from .recorded_profiles import preset_profile
 
                 prof = preset_profile(self.preset)
                 if prof is not None:

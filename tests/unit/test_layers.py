@@ -60,7 +60,7 @@ ALLOWED_ARROWS: dict[tuple[str, str], str] = {
     ("optimizer.machine", "probe.machine"):
         "Machine.local() is the README's spelling of the measured local machine; it "
         "only forwards to legionpy.probe.machine.local_machine (the optimizer never measures)",
-    ("optimizer.profile", "runtime.gpu"):
+    ("optimizer.kernel_timing", "runtime.gpu"):
         "tile_runner, the measured cost model's default runner (FlexFlow times each "
         "kernel), puts a GPU tile's arrays on the device through the runtime's array "
         "backend (CuPy or emulated); moving it to probe/ needs cost_model_from_spec to "
