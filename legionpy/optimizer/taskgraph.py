@@ -74,7 +74,7 @@ from ..errors import StrategyError
 from ..placement import param_tiles, update_points
 from ..regions.coherence import FieldState, Piece, Request, choose_source
 from . import simkernels as K
-from .replicated import replicated_block
+from .replica_blocks import replicated_block
 
 __all__ = ["TaskGraph", "pack_key", "unpack_key", "KIND_NAMES"]
 
@@ -585,7 +585,7 @@ class TaskGraph:
         edge), else None: no copies; forward edges ``F(p,k) -> F(c,k)`` per
         read, backward ``B(c,k) -> B(p,k)`` per reducing consumer (what the
         coherence replay gives: the data is valid where it is read and every
-        gradient buffer is local; tests/unit/test_replicated.py)."""
+        gradient buffer is local; tests/unit/test_replica_blocks.py)."""
         ops, P = self.graph.ops, self.P
         prod = ops[p]
         n = len(tiles)
