@@ -80,7 +80,7 @@ from ..regions.coherence import FieldState, Piece, Request, choose_source
 from . import simkernels as K
 from .collective_block import CollectiveCosts, bucket_block
 from .costmodel import MIN_DURATION
-from .replicated import replicated_block
+from .replica_blocks import replicated_block
 from .symmetry import Asymmetric, node_classes, symmetric_blocks
 
 __all__ = ["TaskGraph", "pack_key", "unpack_key", "KIND_NAMES", "SYNC_MODES"]
@@ -749,7 +749,7 @@ class TaskGraph:
         edge), else None: no copies; forward edges ``F(p,k) -> F(c,k)`` per
         read, backward ``B(c,k) -> B(p,k)`` per reducing consumer (what the
         coherence replay gives: the data is valid where it is read and every
-        gradient buffer is local; tests/unit/test_replicated.py)."""
+        gradient buffer is local; tests/unit/test_replica_blocks.py)."""
         ops, P = self.graph.ops, self.P
         prod = ops[p]
         fwd, bwd = [], []
