@@ -58,7 +58,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
 @command("search", "search a parallelization strategy and compare it with the baselines")
 def _search(args) -> dict:
     from .. import models
-    from ..cli import _debug
+    from ..cli import debug_enabled
     from ..errors import Interrupted, StrategyError
     from ..interrupt import deferred_interrupt
     from ..optimizer import Machine, Simulator, search
@@ -96,7 +96,7 @@ def _search(args) -> dict:
 
     def stage(name):
         at_clean_point()
-        if _debug():
+        if debug_enabled():
             print(f"legionpy search: {name}", file=sys.stderr, flush=True)
         if bar is not None:
             bar.set_description_str(f"search {args.model}: {name}")

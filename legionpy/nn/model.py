@@ -26,12 +26,12 @@ import numpy as np
 
 from .. import progress
 from ..errors import ModelError, StrategyError
+from ..mapper.resolve import resolve_strategy
 from ..optimizer import Graph, Machine, Strategy
 from .data import DataLoader, shard
 from .execution import Executor
 from .losses import check_loss, check_metrics
 from .optimizers import SGD, as_optimizer
-from .strategies import resolve_strategy
 
 __all__ = ["Model", "History", "LAYERS"]
 

@@ -253,7 +253,7 @@ class Strategy(Mapping[str, ParallelConfig]):
         devs = list(range(n))
         out = {}
         for op in graph.ops:
-            out[op.name] = _split_first(op, ("sample", "parameter", "attribute"), devs)
+            out[op.name] = split_first(op, ("sample", "parameter", "attribute"), devs)
         return cls(out, graph.name, machine.name)
 
     @classmethod
@@ -279,7 +279,7 @@ class Strategy(Mapping[str, ParallelConfig]):
                 degs[s], degs[p] = N, G
                 out[op.name] = ParallelConfig(tuple(degs), tuple(devs))
             else:
-                out[op.name] = _split_first(op, ("sample", "parameter", "attribute"), devs)
+                out[op.name] = split_first(op, ("sample", "parameter", "attribute"), devs)
         return cls(out, graph.name, machine.name)
 
     @classmethod
@@ -289,7 +289,7 @@ class Strategy(Mapping[str, ParallelConfig]):
         devs = list(range(num_devices or machine.num_devices))
         out = {}
         for op in graph.ops:
-            out[op.name] = _split_first(op, ("parameter", "attribute"), devs)
+            out[op.name] = split_first(op, ("parameter", "attribute"), devs)
         return cls(out, graph.name, machine.name)
 
     @classmethod
@@ -301,7 +301,7 @@ class Strategy(Mapping[str, ParallelConfig]):
         for op in graph.ops:
             order = ("parameter", "sample") if op.kind == "dense" else (
                 "sample", "parameter", "attribute")
-            out[op.name] = _split_first(op, order, devs)
+            out[op.name] = split_first(op, order, devs)
         return cls(out, graph.name, machine.name)
 
     @classmethod
@@ -324,7 +324,7 @@ class Strategy(Mapping[str, ParallelConfig]):
         out = {}
         for op in graph.ops:
             devs = [p[layer_of[op.name] % len(p)] for p in per_node]
-            out[op.name] = _split_first(op, ("sample", "parameter"), devs)
+            out[op.name] = split_first(op, ("sample", "parameter"), devs)
         return cls(out, graph.name, machine.name)
 
     @classmethod
@@ -365,7 +365,7 @@ def megatron_pairs(graph) -> list[tuple]:
     return out
 
 
-def _split_first(op, labels, devs) -> ParallelConfig:
+def split_first(op, labels, devs) -> ParallelConfig:
     """Split the first dim whose label comes first in ``labels`` by the largest
     divisor of its size that is <= len(devs)."""
     nd = len(op.output_shape)

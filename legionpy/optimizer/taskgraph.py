@@ -80,7 +80,7 @@ from ..regions.coherence import FieldState, Piece, Request, choose_source
 from . import simkernels as K
 from .collective_block import CollectiveCosts, bucket_block
 from .costmodel import MIN_DURATION
-from .replicated import replicated_block
+from .replica_blocks import replicated_block
 from .symmetry import Asymmetric, node_classes, symmetric_blocks
 
 __all__ = ["TaskGraph", "pack_key", "unpack_key", "KIND_NAMES", "SYNC_MODES"]
@@ -495,7 +495,7 @@ class TaskGraph:
                         raise Asymmetric(p)
 
     # -- collectives -------------------------------------------------------------
-    def _grad_ready(self, q: int, k: int) -> list:
+    def grad_ready(self, q: int, k: int) -> list:
         """Edge codes of the tasks after which point ``k`` of op ``q`` has
         added its weight gradients (docs/seam.md section 5: the pipeline's
         hook; here its backward task)."""
@@ -749,7 +749,7 @@ class TaskGraph:
         edge), else None: no copies; forward edges ``F(p,k) -> F(c,k)`` per
         read, backward ``B(c,k) -> B(p,k)`` per reducing consumer (what the
         coherence replay gives: the data is valid where it is read and every
-        gradient buffer is local; tests/unit/test_replicated.py)."""
+        gradient buffer is local; tests/unit/test_replica_blocks.py)."""
         ops, P = self.graph.ops, self.P
         prod = ops[p]
         fwd, bwd = [], []
