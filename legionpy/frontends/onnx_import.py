@@ -77,6 +77,8 @@ class Importer:
     names: set = field(default_factory=set)
     unsupported: dict = field(default_factory=dict)
     outputs: set = field(default_factory=set)
+    #: constants that are trained weights: float initializers and values folded from them
+    weights: set = field(default_factory=set)
 
     def name(self, node: Any, suffix: str = "") -> str:
         """A unique op name from the node's name (or op type and position)."""
@@ -114,6 +116,13 @@ class Importer:
             if x.canonical:
                 self.values[name] = x.base
                 return x.base
+            if x.groups and x.batch in x.groups[0] and \
+                    all(x.size[a] == 1 for a in x.groups[0] if a != x.batch):
+                # batch first, in ONNX order; only size-1 axes differ (Unsqueeze)
+                r = self.model.reshape(x.base, v.shape[1:], name=self.name(_Named(name),
+                                                                            ".shape"))
+                self.values[name] = r
+                return r
             raise Unsupported(f"{what} {v.shape} does not have the batch first")
         if not isinstance(v, TensorRef):
             raise Unsupported(f"{what} must be a batch-first activation")
@@ -129,6 +138,10 @@ class _Named:
 
 
 def _load(model: Any) -> Any:
+    """The ModelProto of a path or proto: weights in external data files
+    (``torch.onnx.export(..., dynamo=True)`` writes ``model.onnx.data``)
+    loaded, local functions inlined. Bad files raise ModelError naming the
+    file and what to do."""
     import onnx
 
     if isinstance(model, (str, os.PathLike)):
@@ -136,12 +149,46 @@ def _load(model: Any) -> Any:
         if not os.path.exists(path):
             raise ModelError(f"from_onnx: no file {path!r}")
         try:
-            return onnx.load(path)
+            proto = onnx.load(path, load_external_data=False)
         except Exception as e:  # noqa: BLE001 - a corrupt file: say which
-            raise ModelError(f"from_onnx: {path!r} is not an ONNX model ({e})") from None
-    if isinstance(model, onnx.ModelProto):
-        return model
-    raise ModelError(f"from_onnx takes a path or an onnx.ModelProto, got {type(model).__name__}")
+            raise ModelError(f"from_onnx: {path!r} is not an ONNX model (truncated, or "
+                             f"another format: {type(e).__name__}); export it again with "
+                             "torch.onnx.export") from None
+        if not proto.graph.node and not proto.graph.input:
+            raise ModelError(f"from_onnx: {path!r} is not an ONNX model (it holds no graph); "
+                             "export it again with torch.onnx.export")
+        _load_external(proto, path)
+    elif isinstance(model, onnx.ModelProto):
+        proto = model
+    else:
+        raise ModelError(f"from_onnx takes a path or an onnx.ModelProto, got "
+                         f"{type(model).__name__}")
+    if proto.functions:
+        from onnx import inliner
+
+        proto = inliner.inline_local_functions(proto)
+    return proto
+
+
+def _load_external(proto: Any, path: str) -> None:
+    """Read the initializers stored outside ``path`` (next to it)."""
+    from onnx import external_data_helper as ext
+
+    base = os.path.dirname(os.path.abspath(path))
+    files = sorted({dict((e.key, e.value) for e in t.external_data).get("location", "")
+                    for t in ext._get_all_tensors(proto) if ext.uses_external_data(t)})
+    for f in files:
+        if not os.path.exists(os.path.join(base, f)):
+            raise ModelError(f"from_onnx: {path!r} keeps its weights in {f!r}, which is "
+                             f"missing from {base!r}; copy it next to the .onnx file (or "
+                             "export with external_data=False)")
+    if files:
+        try:
+            ext.load_external_data_for_model(proto, base)
+        except Exception as e:  # noqa: BLE001 - a short or corrupt data file
+            raise ModelError(f"from_onnx: cannot read the weights of {path!r} from "
+                             f"{', '.join(files)} ({type(e).__name__}: {e}); export the "
+                             "model again") from None
 
 
 def _dims(vi: Any) -> list:
@@ -199,6 +246,7 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
     m = Model(batch, seed=seed, name=name or g.name or "onnx")
     imp = Importer(m, g.name, batch, export_batch, dict(consts))
     imp.outputs = {o.name for o in g.output}
+    imp.weights = {k for k, v in consts.items() if v.dtype.kind == "f" and v.size > 1}
     for vi, dims in zip(inputs, dims0):
         if len(dims) < 2 or any(not isinstance(d, int) or d < 1 for d in dims[1:]):
             raise ModelError(f"ONNX input {vi.name!r} has shape {dims}; legionpy needs a "
@@ -232,6 +280,8 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
             try:
                 for o, v in zip(node.output, _fold(node, ins, opset)):
                     imp.values[o] = v
+                    if any(i in imp.weights for i in node.input):
+                        imp.weights.add(o)
                 continue
             except Exception as e:  # noqa: BLE001 - reported with the node below
                 uniform = _uniform_expand(node, ins)

@@ -63,6 +63,18 @@ def _sym_pads(pads: list, what: str) -> tuple[int, int]:
     return pads[0], pads[1]
 
 
+def _pads_first(imp, node, x, pads, value=0.0):
+    """``(x, symmetric pads)``: asymmetric ONNX pads become a ``pad`` op
+    before the layer (which then pads by the smaller side)."""
+    if not pads or (len(pads) == 4 and pads[0] == pads[2] and pads[1] == pads[3]):
+        return x, _sym_pads(pads, node.op_type)
+    if len(pads) != 4:
+        raise Unsupported(f"pads {pads}")
+    ph, pw = min(pads[0], pads[2]), min(pads[1], pads[3])
+    extra = [(0, 0), (0, 0), (pads[0] - ph, pads[2] - ph), (pads[1] - pw, pads[3] - pw)]
+    return imp.model.pad(x, extra, value, name=imp.name(node, ".pad")), (ph, pw)
+
+
 # -- convolution, pooling, normalisation ----------------------------------------------
 @handles("Conv")
 def _conv(imp, node, ins):
@@ -75,9 +87,10 @@ def _conv(imp, node, ins):
     if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
         raise Unsupported("auto_pad")
     b = imp.const(node.input[2], "Conv bias") if len(node.input) > 2 and node.input[2] else None
+    x, pads = _pads_first(imp, node, x, a.get("pads"))
     t = imp.model.conv2d(x, w.shape[0], tuple(w.shape[2:]), stride=tuple(a.get("strides",
                                                                                [1, 1])),
-                         padding=_sym_pads(a.get("pads"), "Conv"), groups=a.get("group", 1),
+                         padding=pads, groups=a.get("group", 1),
                          bias=b is not None, name=imp.name(node))
     set_param(t, "weight", w)
     if b is not None:
@@ -90,10 +103,13 @@ def _pool(imp, node, ins):
     a, x = attrs(node), imp.act(node.input[0])
     if a.get("ceil_mode", 0) or any(d != 1 for d in a.get("dilations", [1, 1])):
         raise Unsupported("ceil_mode or dilations")
-    pads = _sym_pads(a.get("pads"), node.op_type)
     avg = node.op_type == "AveragePool"
-    if avg and any(pads) and a.get("count_include_pad", 0):
+    p = a.get("pads")
+    if avg and p and any(p) and a.get("count_include_pad", 0):
         raise Unsupported("count_include_pad=1 with padding")
+    if avg and p and any(p) and not (p[0] == p[2] and p[1] == p[3]):
+        raise Unsupported(f"asymmetric pads {p} of an average pool")
+    x, pads = _pads_first(imp, node, x, p, float(np.finfo(np.float32).min))
     if len(node.output) > 1 and node.output[1]:
         raise Unsupported("MaxPool indices output")
     return [imp.model.pool2d(x, tuple(a["kernel_shape"]), tuple(a.get("strides", [1, 1])),
@@ -216,10 +232,13 @@ def _cast(imp, node, ins):
     to = attrs(node)["to"]
     x = ins[0]
     floats, ints = (1, 10, 11, 16), (6, 7)  # FLOAT, FLOAT16, DOUBLE, BFLOAT16; INT32, INT64
-    kind = floats if getattr(x, "dtype", "float32").startswith("float") else ints
-    if to not in kind:
-        raise Unsupported(f"a cast between float and integer tensors (to={to})")
-    return [x]
+    if to not in floats + ints + (9,):  # and BOOL (a mask)
+        raise Unsupported(f"a cast to ONNX type {to}")
+    is_float = str(getattr(x, "dtype", "float32")).startswith("float")
+    if is_float == (to in floats) or to == 9:
+        return [x]
+    x = imp.act(node.input[0], "Cast input")
+    return [imp.model.cast(x, "float32" if to in floats else "int32", name=imp.name(node))]
 
 
 @handles("Dropout")
@@ -245,7 +264,9 @@ def _const_operand(imp, node, ins):
 
 def _bias(imp, node, x, c):
     """``x + c`` for a constant broadcast over x's leading axes (any layout)."""
-    c = np.asarray(c, np.float32)
+    from .onnx_math import drop_batch
+
+    c = drop_batch(np.asarray(c, np.float32), x.ndim)
     while c.ndim > 1 and c.shape[0] == 1:
         c = c[0]
     k = c.ndim
@@ -263,30 +284,47 @@ def _bias(imp, node, x, c):
 
 @handles("Add", "Sub")
 def _add(imp, node, ins):
+    from .onnx_math import binary, fixed
+
     x, c, first = _const_operand(imp, node, ins)
     sub = node.op_type == "Sub"
+    fn = "sub" if sub else "add"
     if x is None:
-        a, b = _pair(imp, node)
+        try:
+            a, b = _pair(imp, node)
+        except Unsupported:  # shapes that broadcast
+            return [binary(imp, node, ins, fn)]
         if sub:
             b = imp.model.scale(b, -1.0, name=imp.name(node, ".neg"))
         return [L.value(L.relayout(a, imp.model.add(a.base, b, name=imp.name(node))))]
-    if sub and first:
-        raise Unsupported("a constant minus an activation")
-    return [_bias(imp, node, x, -c if sub else c)]
+    cname = node.input[0 if first else 1]
+    if (sub and first) or c.size == 1 or fixed(imp, cname):
+        return [binary(imp, node, ins, fn)]
+    try:
+        return [_bias(imp, node, x, -c if sub else c)]
+    except Unsupported:
+        return [binary(imp, node, ins, fn)]
 
 
 @handles("Mul", "Div")
 def _mul(imp, node, ins):
+    from .onnx_math import binary
+
     x, c, first = _const_operand(imp, node, ins)
+    fn = "div" if node.op_type == "Div" else "mul"
     if x is None:
-        if node.op_type == "Div":
-            raise Unsupported("division of two activations")
-        a, b = _pair(imp, node)
-        return [L.value(L.relayout(a, imp.model.multiply(a.base, b, name=imp.name(node))))]
-    if c.size != 1 or (first and node.op_type == "Div"):
-        raise Unsupported("only a scalar constant factor")
+        if fn == "mul":
+            try:
+                a, b = _pair(imp, node)
+                return [L.value(L.relayout(a, imp.model.multiply(a.base, b,
+                                                                 name=imp.name(node))))]
+            except Unsupported:
+                pass
+        return [binary(imp, node, ins, fn)]
+    if c.size != 1 or (first and fn == "div"):
+        return [binary(imp, node, ins, fn)]
     alpha = float(c.reshape(-1)[0])
-    alpha = 1.0 / alpha if node.op_type == "Div" else alpha
+    alpha = 1.0 / alpha if fn == "div" else alpha
     return [L.value(L.relayout(x, imp.model.scale(x.base, alpha, name=imp.name(node))))]
 
 
@@ -471,4 +509,4 @@ def _gather(imp, node, ins):
     return [L.value(L.take(imp, node, x, ax, k, k + 1, keep=False))]
 
 
-from . import onnx_lstm  # noqa: E402,F401  (registers LSTM and the erf GELU pattern)
+from . import onnx_lstm, onnx_math  # noqa: E402,F401  (LSTM, erf GELU; math, masks)
