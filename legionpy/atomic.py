@@ -17,9 +17,18 @@ import json
 import os
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write", "atomic_write_json"]
+__all__ = ["atomic_write", "atomic_write_json", "cache_dir"]
+
+
+def cache_dir() -> Path:
+    """Where legionpy keeps what it measured (calibrations, kernel costs,
+    searched strategies): ``$LEGIONPY_CACHE``, default ``~/.cache/legionpy``.
+    The one place that decides it; the test suite points it at a temporary
+    folder (tests/conftest.py)."""
+    return Path(os.environ.get("LEGIONPY_CACHE") or Path.home() / ".cache" / "legionpy")
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO], None], *,

@@ -1,10 +1,40 @@
-"""Shared test helper modules live beside the tests that use them most
+"""Suite-wide setup.
+
+Hermetic: the suite never reads or writes the user's cache or home. Before
+legionpy is imported, everything that persists between runs is pointed at
+one fresh temporary folder per test session (``LEGIONPY_TEST_TMP`` chooses
+where it is made; `.ci/run` sets it and checks afterwards that the folder
+was used and that ``~/.cache/legionpy`` was not touched):
+
+- ``LEGIONPY_CACHE``: calibrations, measured kernel costs, search caches;
+- ``MPLCONFIGDIR``: matplotlib's font cache and config;
+- hypothesis's example database (off: every run draws the same examples
+  from its seed, not from what an earlier run found).
+
+Subprocesses the tests start (the CLI, ``mpirun``) inherit the variables.
+A test that needs a warm cache builds it inside that folder.
+
+Shared test helper modules live beside the tests that use them most
 (tests/unit/simhelpers.py, kernel_refs.py; tests/runtime/tiny_models.py);
-make them importable from every tier, also when one tier runs alone."""
+they are importable from every tier, also when one tier runs alone.
+"""
 
 import os
 import sys
+import tempfile
 from pathlib import Path
+
+SESSION_TMP = tempfile.mkdtemp(prefix="legionpy-tests-", dir=os.environ.get("LEGIONPY_TEST_TMP"))
+os.environ["LEGIONPY_CACHE"] = os.path.join(SESSION_TMP, "cache")
+os.environ["MPLCONFIGDIR"] = os.path.join(SESSION_TMP, "matplotlib")
+
+try:
+    from hypothesis import settings
+
+    settings.register_profile("hermetic", database=None)
+    settings.load_profile("hermetic")
+except ImportError:  # hypothesis is in the test extra; tests that use it skip without
+    pass
 
 for tier in ("unit", "runtime"):
     path = str(Path(__file__).parent / tier)

@@ -26,8 +26,10 @@ device below gamma (50%) acquires. Here:
   them adds traffic); the idlest device takes the tile that best evens the
   pair, predicted with each device's observed slowness (observed busy /
   modelled busy), and only if the busier of the two gets faster by at least
-  ``min_gain`` (so tiles never ping-pong). Up to ``max_moves`` tiles per
-  decision; then the observation window restarts.
+  ``min_gain``. No tile moves onto a device that a move relieved in the last
+  ``cooldown`` steps: measured busy times are noisy (a loaded machine), and
+  without this a later decision can take a move back (a ping-pong). Up to
+  ``max_moves`` tiles per decision; then the observation window restarts.
 - **effect**: a move is a new :class:`~legionpy.optimizer.Strategy` (same
   degrees, one tile on another device), installed with
   ``Model.set_strategy``: the nn layer re-partitions and re-places, the
@@ -154,15 +156,16 @@ class AdaptiveMapper(StrategyMapper):
     fractions of the step's span (defaults 0.9 and 0.5: a traced step
     includes waits, so 95% is rarely reached in software); ``patience``:
     consecutive steps the condition must hold; ``max_moves``: tiles moved per
-    decision; ``min_gain``: the least relative gain of a move; ``enabled``:
-    False observes only (the static baseline with the same overhead).
+    decision; ``min_gain``: the least relative gain of a move; ``cooldown``:
+    steps after a move during which nothing moves onto the device it relieved;
+    ``enabled``: False observes only (the static baseline with the same overhead).
 
     ``history``: one dict per observed step ``{"step", "busy", "util",
     "span", "moved"}``; ``moves``: every :class:`Move`."""
 
     def __init__(self, machine: Any = None, cost: CostModel | None = None, high: float = 0.9,
                  low: float = 0.5, patience: int = 2, max_moves: int = 1,
-                 min_gain: float = 0.02, enabled: bool = True) -> None:
+                 min_gain: float = 0.02, cooldown: int = 20, enabled: bool = True) -> None:
         super().__init__()
         if not 0 < low < high:
             raise ValueError(f"AdaptiveMapper needs 0 < low < high, got low={low}, "
@@ -172,6 +175,8 @@ class AdaptiveMapper(StrategyMapper):
         self.high, self.low = float(high), float(low)
         self.patience, self.max_moves = max(1, int(patience)), max(1, int(max_moves))
         self.min_gain, self.enabled = float(min_gain), bool(enabled)
+        self.cooldown = max(0, int(cooldown))
+        self._relieved: dict[int, int] = {}  # device -> the step a move last relieved it
         self.history: list[dict] = []
         self.moves: list[Move] = []
         self._window: list[dict] = []
@@ -214,10 +219,11 @@ class AdaptiveMapper(StrategyMapper):
 
     # -- decision ------------------------------------------------------------------------
     def propose(self, graph: Any, strategy: Strategy, busy: dict[int, float], span: float,
-                step: int = 0) -> tuple[Strategy, list[Move]]:
+                step: int = 0, avoid: Any = ()) -> tuple[Strategy, list[Move]]:
         """The strategy after this step's migrations (``strategy`` itself and
-        no moves when the thresholds do not call for one). Pure: a function
-        of its arguments and the mapper's settings."""
+        no moves when the thresholds do not call for one); no tile moves onto
+        a device in ``avoid`` (the devices recently relieved). Pure: a
+        function of its arguments and the mapper's settings."""
         machine = self._machine()
         if span <= 0:
             return strategy, []
@@ -231,7 +237,7 @@ class AdaptiveMapper(StrategyMapper):
         moves: list[Move] = []
         for _ in range(self.max_moves):
             hot = [d for d in pred if pred[d] / span > self.high]
-            cold = [d for d in pred if pred[d] / span < self.low]
+            cold = [d for d in pred if pred[d] / span < self.low and d not in avoid]
             if not hot or not cold:
                 break
             src = max(hot, key=lambda d: (pred[d], -d))
@@ -292,7 +298,10 @@ class AdaptiveMapper(StrategyMapper):
             return []
         busy = {d: statistics.fmean(o["busy"][d] for o in self._window) for d in obs["busy"]}
         span = statistics.fmean(o["span"] for o in self._window)
-        new, moves = self.propose(model.graph, model.strategy, busy, span, step)
+        avoid = {d for d, at in self._relieved.items() if step - at < self.cooldown}
+        new, moves = self.propose(model.graph, model.strategy, busy, span, step, avoid)
+        for mv in moves:
+            self._relieved[mv.src] = step
         if moves:
             model.set_strategy(new, self._machine())
             self.moves.extend(moves)

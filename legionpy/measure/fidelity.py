@@ -91,11 +91,10 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
             clocks.append(cpu_clock())
 
     lr.fence()
-    rt.trace.start()
-    h = model.fit(xs, y, epochs=1, verbose=0, shuffle=False, on_step=on_step)
-    lr.fence()
-    recs = rt.trace.stop()
-    rt.trace.clear()
+    with rt.trace.tap() as tap:  # the user's LEGIONPY_TRACE keeps recording, whole
+        h = model.fit(xs, y, epochs=1, verbose=0, shuffle=False, on_step=on_step)
+        lr.fence()
+    recs = tap.records()
     if len(stamps) != total:
         raise RuntimeError(f"measure_runtime: {len(stamps)} steps reported, {total} launched")
     times = [stamps[i] - stamps[i - 1] for i in range(warmup, total)]

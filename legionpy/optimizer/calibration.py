@@ -159,12 +159,11 @@ def measure_kernel_concurrency(n: int = 320, elems: int = 1_000_000,
             for _ in range(2):
                 lr.index_launch(task, cs, part, launch_options=opts)
             lr.fence()
-            rt.trace.start()
-            for _ in range(reps):
-                lr.index_launch(task, cs, part, launch_options=opts)
-                lr.fence()  # one launch at a time: the devices overlap only within it
-            recs = rt.trace.stop()
-            rt.trace.clear()
+            with rt.trace.tap() as tap:  # leaves the user's LEGIONPY_TRACE whole
+                for _ in range(reps):
+                    lr.index_launch(task, cs, part, launch_options=opts)
+                    lr.fence()  # one launch at a time: the devices overlap only within it
+            recs = tap.records()
             ds = [r["end"] - r["start"] for r in recs
                   if r["kind"] == "compute" and r["name"].startswith(name)]
             med[mode] = statistics.median(ds) if ds else 0.0

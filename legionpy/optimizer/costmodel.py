@@ -50,9 +50,9 @@ COSTS_FORMAT = "legionpy-costs/1"
 
 def default_cache_path() -> str:
     """``$LEGIONPY_CACHE/costs.json`` (default ``~/.cache/legionpy/costs.json``)."""
-    root = os.environ.get("LEGIONPY_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                            "legionpy")
-    return os.path.join(root, "costs.json")
+    from ..atomic import cache_dir
+
+    return str(cache_dir() / "costs.json")
 
 
 def _read_table(path: str) -> dict[str, list[float]]:

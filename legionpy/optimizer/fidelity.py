@@ -245,25 +245,24 @@ def measure_runtime_overhead(launches: int = 120, tile_rows: int = 16) -> Runtim
         for _ in range(10):  # warm up the launch path's caches
             launch(t, parts[:k])
         lr.fence()
-    rt.trace.start()
-    for i in range(launches):
-        for k, t in tasks.items():
-            control[k].append(launch(t, parts[:k]))
-        if i % 10 == 9:
-            lr.fence()  # keep the queues short: the workers never starve the control thread
-    lr.fence()
-    plain, copied = [], []
-    if n > 1:
-        for i in range(launches // 2):
-            launch(wr, [parts[1]])
-            plain.append(launch(rd, [parts[2], parts[1]]))
-            launch(wr, [parts[1]])
-            copied.append(launch(rd, [parts[2], shifted]))
+    with rt.trace.tap() as tap:  # leaves the user's LEGIONPY_TRACE whole
+        for i in range(launches):
+            for k, t in tasks.items():
+                control[k].append(launch(t, parts[:k]))
             if i % 10 == 9:
-                lr.fence()
-    lr.fence()
-    recs = rt.trace.stop()
-    rt.trace.clear()
+                lr.fence()  # keep the queues short: the workers never starve the control thread
+        lr.fence()
+        plain, copied = [], []
+        if n > 1:
+            for i in range(launches // 2):
+                launch(wr, [parts[1]])
+                plain.append(launch(rd, [parts[2], parts[1]]))
+                launch(wr, [parts[1]])
+                copied.append(launch(rd, [parts[2], shifted]))
+                if i % 10 == 9:
+                    lr.fence()
+        lr.fence()
+    recs = tap.records()
     med = statistics.median
     work = {k: [r["end"] - r["start"] for r in recs if r["kind"] == "compute"
                 and r["name"].startswith(f"_ovh_{k}")] for k in (1, 6)}

@@ -498,8 +498,7 @@ def cpu_figures(refresh: bool = False) -> dict:
     ``$LEGIONPY_CACHE/cpu-KEY.json`` (default ``~/.cache/legionpy``), ``KEY``
     a hash of :func:`_cpu_identity`, so identical runs on one machine build
     the identical local machine model. ``refresh``: measure again."""
-    from ..atomic import atomic_write_json
-    from ..runtime.calibrate import cache_dir
+    from ..atomic import atomic_write_json, cache_dir
 
     ident = _cpu_identity()
     key = hashlib.sha1(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import socket
 import statistics
 import time
@@ -43,16 +42,12 @@ from typing import Any
 
 import numpy as np
 
-from ..atomic import atomic_write_json
+from ..atomic import atomic_write_json, cache_dir
 
 __all__ = ["describe_job", "cache_dir"]
 
 _memo: dict[str, dict] = {}
 _SMALL, _BIG, _REPS = 8, 4 << 20, 5
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("LEGIONPY_CACHE") or Path.home() / ".cache" / "legionpy")
 
 
 def _memcpy() -> dict[str, float]:

@@ -251,6 +251,8 @@ def _call(fn: Any, args: tuple, kwargs: dict, what: str, mutates: bool = False) 
     """``fn(*args, **kwargs)`` as a kernel: array arguments are read, ``out=``
     is written, and so is the first argument when ``mutates``."""
     dev = current()
+    if getattr(fn, "__name__", None) in _DATA_SIZED:
+        _sync(f"{what} (its result size is data-dependent)")
     reads: list = []
     writes: list = []
     a = _un(args, what, dev, reads)
@@ -283,6 +285,12 @@ _DEVS: dict[int, _DeviceRef] = {}
 #: numpy functions and methods that write their first argument (or the array)
 _MUTATING = frozenset({"copyto", "put", "place", "putmask", "fill_diagonal", "put_along_axis",
                        "fill", "sort", "partition", "itemset", "resize", "setfield"})
+#: numpy functions and methods whose result size depends on the data: CuPy
+#: reads a count back to the host to allocate the result (``cupy.nonzero``,
+#: ``cupy.unique``, ...), a synchronisation that a stream capture refuses
+_DATA_SIZED = frozenset({"nonzero", "flatnonzero", "argwhere", "unique", "unique_values",
+                         "unique_counts", "unique_inverse", "unique_all", "compress",
+                         "extract", "trim_zeros"})
 
 
 class EmuArray:
@@ -415,6 +423,8 @@ class EmuArray:
 
             def method(*args: Any, **kwargs: Any) -> Any:
                 cur = current()
+                if name in _DATA_SIZED:
+                    _sync(f"{what} (its result size is data-dependent)")
                 if dev != cur and name != "copy":  # copy: a peer copy onto the current GPU
                     raise _wrong(what, dev)
                 reads = [self]

@@ -256,6 +256,13 @@ def _store(buf: Any, new: Any) -> None:
             return
         if isinstance(new, np.ndarray) and np.may_share_memory(new, buf):
             return  # a view of the same (fixed) memory: already up to date
+        if isinstance(new, np.ndarray) and new.shape != buf.shape:
+            # a GPU graph writes the size it captured: a kernel whose result
+            # size depends on the data must be refused at capture (host_sync)
+            raise GraphCaptureError(
+                f"a captured kernel produced shape {new.shape} at launch but {buf.shape} when "
+                "it was captured: its result size depends on the data, which a CUDA graph "
+                "cannot replay (emugpu must treat it as a host synchronisation)")
         buf[...] = new
     elif type(buf) in (list, tuple) and type(new) in (list, tuple):
         for b, n in zip(buf, new):

@@ -24,8 +24,10 @@ and link (named by metadata events), the record itself under ``args``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from ..atomic import atomic_write_json
@@ -78,6 +80,21 @@ class Trace:
 
     def __len__(self) -> int:
         return len(self._ops)
+
+    @contextlib.contextmanager
+    def tap(self) -> Iterator[Trace]:
+        """``with rt.trace.tap() as t:`` a fresh Trace that records every op
+        finished inside the block, without starting, stopping or clearing
+        this one (measurements inside a run traced by ``LEGIONPY_TRACE`` leave
+        the user's trace whole); ``t.records()`` after the block."""
+        t = Trace(self.t0, self.rank)
+        t.recording = True
+        self.taps.append(t)
+        try:
+            yield t
+        finally:
+            self.taps.remove(t)
+            t.recording = False
 
     def records(self) -> list[dict]:
         """Every recorded op, sorted by id."""

@@ -14,9 +14,12 @@ pytestmark = pytest.mark.mpi
 
 
 def test_train_prints_once_and_merges_the_ranks_traces(tmp_path):
+    """From an empty cache, so the run calibrates first (issue 22: the
+    calibration's own measurements cleared the user's trace, and the merged
+    file was written only when an earlier run had left a warm cache)."""
     trace = tmp_path / "t.json"
     p = run_mpi(2, ["-m", "legionpy.cli", "train", "lenet", "--steps", "2", "--json"],
-                env={"LEGIONPY_TRACE": str(trace)})
+                env={"LEGIONPY_TRACE": str(trace), "LEGIONPY_CACHE": str(tmp_path / "cache")})
     reports = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     assert len(reports) == 1 and json.loads(reports[0])["ranks"] == 2
     events = json.loads(trace.read_text())["traceEvents"]

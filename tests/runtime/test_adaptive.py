@@ -118,6 +118,7 @@ def test_adaptive_recovers_from_a_slowed_device(slow_device_1):
     adapt_m, adapt_s, adapt_p = _train(True)
     assert static_m.moves == [] and len(static_m.history) >= 6
     assert adapt_m.moves and adapt_m.moves[0].src == 1 and adapt_m.moves[0].dst == 0
+    assert all(mv.dst != 1 for mv in adapt_m.moves)  # never taken back (cooldown)
 
     def on1(s):
         return sum(d == 1 for c in s.values() for d in c.devices)
@@ -132,6 +133,22 @@ def test_adaptive_recovers_from_a_slowed_device(slow_device_1):
     # and its placement is faster where device 1 is 6x slower
     sim = Simulator(_train_graph(), _slowed(Machine.local(2), 1, 6.0))
     assert sim.simulate(adapt_s) < sim.simulate(static_s)
+
+
+def test_no_move_onto_a_device_just_relieved():
+    """The rule that keeps a noisy measurement from taking a move back: a
+    device in ``avoid`` takes no tile, even when it is the idlest."""
+    g = _mlp_graph(batch=8192, width=1024)
+    m = Machine.parse("p100:1x4")
+    s = Strategy.data_parallel(g, m)
+    mapper = AdaptiveMapper(machine=m, high=0.9, low=0.5, max_moves=4)
+    model, _ = modelled_busy(g, s, m, mapper.cost)
+    busy = {d: b * (4.0 if d == 3 else 1.0) for d, b in model.items()}
+    busy[0] *= 0.5  # the idlest device
+    _, moves = mapper.propose(g, s, busy, max(busy.values()))
+    assert moves[0].dst == 0
+    _, moves = mapper.propose(g, s, busy, max(busy.values()), avoid={0})
+    assert moves and all(mv.dst not in (0, 3) for mv in moves)
 
 
 def test_slow_devices_env_parsing():

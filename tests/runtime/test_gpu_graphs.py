@@ -72,7 +72,10 @@ def test_a_graph_launch_is_checked_by_the_race_detector():
 @pytest.mark.parametrize("sync", [
     lambda a: float(xp.sum(a)), lambda a: a.get(), lambda a: a.item(),
     lambda a: xp.asarray(np.ones(4, np.float32)), lambda a: Device(1).synchronize(),
-    lambda a: a[a > 0]])
+    lambda a: a[a > 0],
+    # results whose size depends on the data: CuPy reads a count back to the host
+    lambda a: np.flatnonzero(a), lambda a: xp.flatnonzero(a), lambda a: a.nonzero(),
+    lambda a: xp.unique(a), lambda a: np.argwhere(a)])
 def test_host_synchronisation_during_capture_raises_and_invalidates(sync):
     with Device(1), Stream(1, "s") as s:
         a = xp.ones(4, np.float32)
@@ -256,6 +259,56 @@ def test_fit_with_graphs_equals_fit_without(emu, model, strategy, opt, n):
     assert loss == loss0
     for k in params0:
         np.testing.assert_array_equal(params[k], params0[k])
+
+
+def _embedding_fit(steps: int = 10) -> tuple:
+    """A model whose sparse embedding update touches a different number of
+    rows at each step (issue 22: its captured update was relaunched with
+    another size and failed, or on a GPU would write the wrong rows)."""
+    m = lp.nn.Model(batch_size=4)
+    t = m.input((2,), dtype="int32")
+    t = m.flat(m.embedding(t, 16, 3))
+    m.softmax(m.dense(t, 3))
+    m.compile(optimizer=lp.nn.SGD(lr=0.1), loss="sparse_categorical_crossentropy",
+              strategy="data")
+    rows = [[0, 1], [0, 1], [2, 3], [4, 5]]  # 6 distinct ids
+    x = np.array([rows, [[0, 1], [2, 3], [4, 5], [6, 7]],  # 8
+                  [[0, 0], [0, 0], [1, 1], [1, 1]],  # 2
+                  [[9, 8], [7, 6], [5, 4], [3, 2]],  # 8
+                  [[1, 2], [1, 2], [1, 2], [3, 3]]] * 2, np.int32)[:steps].reshape(-1, 2)
+    y = np.arange(len(x)) % 3
+    hist = m.fit(x, y, epochs=1, verbose=0, shuffle=False)
+    return hist["step_loss"], m.parameters()
+
+
+def test_a_sparse_update_with_a_data_dependent_size_is_not_captured(emu):
+    """flatnonzero in the sparse update is a host synchronisation (as in
+    CuPy), so that op stays live and the step equals the run without graphs."""
+    rt = emu(1, executor="serial")  # one order of events: the same graphs every run
+    loss, params = _embedding_fit()
+    st = dict(rt.tracer.graphs.stats)
+    assert st["captured"] > 0 and st["launched"] > 0  # the rest was captured
+    lr.shutdown()
+    emu(1, graphs=False, executor="serial")
+    loss0, params0 = _embedding_fit()
+    assert loss == loss0
+    for k in params0:
+        np.testing.assert_array_equal(params[k], params0[k])
+
+
+def test_a_launch_whose_kernel_changes_size_fails_clearly():
+    """A graph writes the sizes it captured: a kernel whose result size moved
+    at launch is named as a capture bug, not a broadcast error downstream."""
+    with Device(0), Stream(0, "s") as s:
+        a = xp.ones(3, np.float32)
+        emugraph.begin_capture(s, 0)
+        a * 2
+        g = emugraph.end_capture(s)
+        s.synchronize()
+        fn, buf = g.steps[0]
+        g.steps[0] = (lambda: np.zeros(4, np.float32), buf)  # its size moved
+        with pytest.raises(GraphCaptureError, match="depends on the data"):
+            g.launch(s)
 
 
 def test_set_strategy_drops_the_graphs(emu):

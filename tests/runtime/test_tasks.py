@@ -203,3 +203,25 @@ def test_chrome_trace_file_and_debug_output(tmp_path):
         assert {"id", "kind", "device", "link", "bytes", "deps"} <= set(e["args"])
     names = [e["args"]["name"] for e in data["traceEvents"] if e["ph"] == "M"]
     assert "device 0" in names and "link mem0->host" in names
+
+
+def test_a_tap_records_inside_a_traced_run_and_leaves_the_trace_whole(rt4):
+    """Measurements (calibration, fidelity) read a tap: the user's trace
+    (``LEGIONPY_TRACE``) keeps recording, and keeps what it had."""
+    A = lp.Region((8,), {"x": np.float64})
+    P = lp.Partition.equal(A, (2,))
+
+    @lp.task(privileges=[lp.RW("x")])
+    def inc(r):
+        r.x[...] += 1
+
+    rt4.trace.start()
+    lp.index_launch(inc, P.colors, P)
+    lp.fence()
+    before = len(rt4.trace)
+    with rt4.trace.tap() as tap:
+        lp.index_launch(inc, P.colors, P)
+        lp.fence()
+    assert tap not in rt4.trace.taps and rt4.trace.recording
+    assert len([r for r in tap.records() if r["kind"] == "compute"]) == 2
+    assert len(rt4.trace) == before + len(tap.records())

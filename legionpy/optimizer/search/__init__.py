@@ -322,8 +322,9 @@ def search_for_model(graph, machine, budget_s: float = 30, seed: int = 0,
     on disk (``cache_dir``, else ``$LEGIONPY_CACHE``, else ``~/.cache/legionpy``)
     by :func:`graph_hash`. With ``iterations`` the result is deterministic
     (DESIGN.md invariant 5), so every MPI rank computes the same one."""
-    cache_dir = cache_dir or os.environ.get("LEGIONPY_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "legionpy")
+    from ...atomic import cache_dir as default_cache_dir
+
+    cache_dir = cache_dir or str(default_cache_dir())
     key = graph_hash(graph, machine, budget_s=budget_s, seed=seed, iterations=iterations,
                      methods=list(methods or DEFAULT_METHODS))
     path = os.path.join(cache_dir, f"strategy-{graph.name}-{key}.json")
