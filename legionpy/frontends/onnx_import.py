@@ -66,6 +66,28 @@ class Stack:
 
 
 @dataclass
+class Indexed:
+    """A tensor whose every element is one element of activation ``base``:
+    ``index`` (the tensor's shape) holds the element numbers of ``base``
+    (flat, batch included). Shape ops on it (a ``Flatten`` that merges the
+    batch, a ``Gather`` with computed positions: the TorchScript exporter's
+    padding masks) are run on ``index``; a consumer gets it as one
+    ``gather`` op when every sample reads only its own elements."""
+
+    base: Any
+    index: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.index.shape)
+
+
+#: operators that only move elements: run on an Indexed value's numbers
+INDEX_OPS = frozenset({"Flatten", "Gather", "Reshape", "Squeeze", "Unsqueeze", "Transpose",
+                       "Slice", "Expand", "GatherND", "GatherElements", "Identity"})
+
+
+@dataclass
 class Importer:
     """State of one import: the model under construction and the values."""
 
@@ -77,6 +99,7 @@ class Importer:
     names: set = field(default_factory=set)
     unsupported: dict = field(default_factory=dict)
     outputs: set = field(default_factory=set)
+    opset: int = 17
     #: constants that are trained weights: float initializers and values folded from them
     weights: set = field(default_factory=set)
 
@@ -101,6 +124,8 @@ class Importer:
         from .onnx_layout import Lay, lay
 
         v = self.values.get(name)
+        if isinstance(v, Indexed):
+            v = self.act(name, what)
         if isinstance(v, (TensorRef, Lay)):
             return lay(v)
         raise Unsupported(f"{what} must be an activation")
@@ -111,6 +136,8 @@ class Importer:
         from .onnx_layout import Lay, materialize
 
         v = self.values.get(name)
+        if isinstance(v, Indexed):
+            v = self.values[name] = _gathered(self, name, v)
         if isinstance(v, Lay):
             x = materialize(self, _Named(name), v)
             if x.canonical:
@@ -127,6 +154,16 @@ class Importer:
         if not isinstance(v, TensorRef):
             raise Unsupported(f"{what} must be a batch-first activation")
         return v
+
+
+def _gathered(imp: Importer, name: str, v: Indexed) -> Any:
+    """An Indexed value as one ``gather`` of its base (samples stay put)."""
+    x, res = v.base, v.index
+    n, per = x.shape[0], int(np.prod(x.shape[1:]))
+    own = np.arange(n).reshape((n,) + (1,) * (res.ndim - 1)) * per if res.ndim else None
+    if res.ndim < 1 or res.shape[0] != n or np.any(res - own != res[:1]):
+        raise Unsupported(f"{name}: a reshape or gather that moves values between samples")
+    return imp.model.gather(x, res[0], name=imp.name(_Named(name), ".gather"))
 
 
 @dataclass
@@ -228,6 +265,7 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
     from onnx import numpy_helper
 
     from ..nn import Model
+    from ..ops import TensorRef
     from .onnx_ops import HANDLERS
 
     proto = _load(model)
@@ -246,6 +284,7 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
     m = Model(batch, seed=seed, name=name or g.name or "onnx")
     imp = Importer(m, g.name, batch, export_batch, dict(consts))
     imp.outputs = {o.name for o in g.output}
+    imp.opset = opset
     imp.weights = {k for k, v in consts.items() if v.dtype.kind == "f" and v.size > 1}
     for vi, dims in zip(inputs, dims0):
         if len(dims) < 2 or any(not isinstance(d, int) or d < 1 for d in dims[1:]):
@@ -269,6 +308,21 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
                 imp.unsupported.setdefault(node.op_type, []).append((node.name or "?", ""))
             continue
         ins = [imp.values.get(i) if i else None for i in node.input]
+        if ins and node.op_type in INDEX_OPS and isinstance(ins[0], (Indexed, TensorRef)) and \
+                all(isinstance(v, np.ndarray) for v in ins[1:] if v is not None) and \
+                (isinstance(ins[0], Indexed) or _merges_batch(node, ins[0])):
+            x = ins[0]
+            if not isinstance(x, Indexed):
+                x = Indexed(x, np.arange(int(np.prod(x.shape))).reshape(x.shape))
+            try:
+                res = _fold(node, [x.index, *ins[1:]], opset)[0]
+                imp.values[node.output[0]] = Indexed(x.base, res)
+                continue
+            except Exception as e:  # noqa: BLE001 - reported with the node below
+                reason = f"index folding failed: {e}"
+                imp.unsupported.setdefault(node.op_type, []).append((node.name or "?", reason))
+                poisoned.update(node.output)
+                continue
         if node.op_type == "Constant":
             imp.values[node.output[0]] = _constant(node)
             continue
@@ -307,6 +361,14 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
     if imp.unsupported:
         raise UnsupportedOperatorError(_report(g.name, imp.unsupported))
     return _finish(imp, g, add_softmax)
+
+
+def _merges_batch(node: Any, x: Any) -> bool:
+    """A ``Flatten`` whose first axis swallows the batch with other dims."""
+    if node.op_type != "Flatten":
+        return False
+    a = next((a.i for a in node.attribute if a.name == "axis"), 1)
+    return (a + len(x.shape) if a < 0 else a) > 1
 
 
 def _uniform_expand(node: Any, ins: list) -> np.ndarray | None:

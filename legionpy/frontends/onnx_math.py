@@ -146,7 +146,7 @@ def binary(imp, node, ins, fn, cond=None):
 def _where(imp, node, ins):
     cond, x, y = ins
     if not isinstance(cond, np.ndarray):
-        raise Unsupported("a condition computed from activations (only a constant mask)")
+        return [_where_mask(imp, node, ins)]
     for pick, v in ((cond.all(), x), (not cond.any(), y)):
         if pick and not isinstance(v, np.ndarray):
             full = np.broadcast_shapes(cond.shape, np.shape(x), np.shape(y))
@@ -157,6 +157,27 @@ def _where(imp, node, ins):
     del sub.input[:]
     sub.input.extend(node.input[1:3])
     return [binary(imp, sub, [x, y], "where", cond=cond.astype(bool))]
+
+
+def _where_mask(imp, node, ins):
+    """``Where(m, a, b)`` with a 0/1 activation ``m``: ``m * (a - b) + b``
+    (constants ``a``, ``b``: a padding mask to additive form) or
+    ``m * a + (1 - m) * b``."""
+    m = imp.act(node.input[0], "Where condition")
+    a, b = ins[1], ins[2]
+    fin = np.finfo(np.float32)
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        a, b = (np.clip(np.asarray(v, np.float64), fin.min, fin.max) for v in (a, b))
+        t = imp.model.binary(m, drop_batch((a - b).astype(np.float32), m.ndim), "mul",
+                             name=imp.name(node, ".scale"))
+        return imp.model.binary(t, drop_batch(b.astype(np.float32), m.ndim), "add",
+                                name=imp.name(node))
+    a, b = (imp.act(n) if not isinstance(v, np.ndarray) else drop_batch(
+        np.asarray(v, np.float32), m.ndim) for n, v in zip(node.input[1:], (a, b)))
+    ta = imp.model.binary(m, a, "mul", name=imp.name(node, ".a"))
+    notm = imp.model.binary(np.float32(1), m, "sub", name=imp.name(node, ".not"))
+    tb = imp.model.binary(notm, b, "mul", name=imp.name(node, ".b"))
+    return imp.model.binary(ta, tb, "add", name=imp.name(node))
 
 
 @handles("IsNaN", "IsInf")
@@ -333,3 +354,45 @@ def _sequence_at(imp, node, ins):
     if not isinstance(seq, list):
         raise Unsupported("a sequence that is not a SplitToSequence output")
     return [seq[int(imp.const(node.input[1], "SequenceAt position"))]]
+
+
+@handles("GatherND", "GatherElements")
+def _gather_nd(imp, node, ins):
+    return [index_map(imp, node, ins)]
+
+
+def index_map(imp, node, ins):
+    """A gather of an activation by constant indices that keeps every sample
+    in its place (``GatherND`` broadcasting a padding mask, ``Gather`` of
+    several positions): the node run on the element numbers of the tensor
+    tells which element each output reads -> one ``gather`` op."""
+    from .onnx_import import _fold
+
+    x = imp.act(node.input[0], f"{node.op_type} data")
+    if any(not isinstance(v, np.ndarray) for v in ins[1:]):
+        raise Unsupported("indices computed from activations")
+    per = int(np.prod(x.shape[1:]))
+    iota = np.arange(x.shape[0] * per, dtype=np.int64).reshape(x.shape)
+    try:
+        res = _fold(node, [iota, *ins[1:]], imp.opset)[0]
+    except Exception as e:  # noqa: BLE001 - e.g. indices built for another batch size
+        raise Unsupported(f"indices for another shape ({type(e).__name__})") from None
+    n = x.shape[0]
+    own = np.arange(n).reshape((n,) + (1,) * (res.ndim - 1)) * per
+    if res.ndim < 1 or res.shape[0] != n or np.any(res - own != res[:1]):
+        raise Unsupported("indices that move values between samples")
+    return imp.model.gather(x, res[0], name=imp.name(node))
+
+
+@handles("And", "Or", "Not", "Xor")
+def _logic(imp, node, ins):
+    """Boolean masks are float 0/1 activations: And = mul, Or = max,
+    Xor = |a - b|, Not = 1 - x."""
+    if node.op_type == "Not":
+        return [imp.model.binary(np.float32(1), imp.act(node.input[0]), "sub",
+                                 name=imp.name(node))]
+    ins = [v.astype(np.float32) if isinstance(v, np.ndarray) else v for v in ins]
+    if node.op_type == "Xor":
+        d = binary(imp, node, ins, "sub")
+        return [imp.model.unary(d, "abs", name=imp.name(node, ".abs"))]
+    return [binary(imp, node, ins, "mul" if node.op_type == "And" else "max")]

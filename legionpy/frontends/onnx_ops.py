@@ -235,10 +235,10 @@ def _cast(imp, node, ins):
     if to not in floats + ints + (9,):  # and BOOL (a mask)
         raise Unsupported(f"a cast to ONNX type {to}")
     is_float = str(getattr(x, "dtype", "float32")).startswith("float")
-    if is_float == (to in floats) or to == 9:
-        return [x]
+    if is_float == (to in floats) or (to == 9 and is_float):
+        return [x]  # to BOOL: masks hold 0/1, kept as floats
     x = imp.act(node.input[0], "Cast input")
-    return [imp.model.cast(x, "float32" if to in floats else "int32", name=imp.name(node))]
+    return [imp.model.cast(x, "int32" if to in ints else "float32", name=imp.name(node))]
 
 
 @handles("Dropout")
@@ -498,7 +498,9 @@ def _gather(imp, node, ins):
         return [t]
     i = imp.const(node.input[1], "Gather indices")
     if i.ndim != 0:
-        raise Unsupported("non-scalar indices into an activation")
+        from .onnx_math import index_map
+
+        return [index_map(imp, node, ins)]
     if isinstance(data, Stack):
         if _axis(ax, len(data.shape)) != 0:
             raise Unsupported("gathering a non-leading axis of a time-major tensor")

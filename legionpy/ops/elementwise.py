@@ -3,7 +3,8 @@ math (``unary``), broadcasting binary ops with an optional fixed constant
 (``binary``: attention masks, squeeze-and-excitation scales, decomposed
 normalisations), reductions over any non-batch axes (``reduce``: adaptive
 average pooling, mean pooling over a sequence), constant padding (``pad``)
-and dtype casts (``cast``).
+dtype casts (``cast``) and per-sample gathers with fixed indices
+(``gather``: a padding mask broadcast to the scores' shape).
 
 Parallelizable dims (paper section 4, Table 1): every op here is
 sample-parallel; element-wise ops split every other dim as ``attribute``
@@ -30,7 +31,7 @@ from ..errors import GraphError
 from ..geometry import Rect
 from .base import Operator, register
 
-__all__ = ["Unary", "Binary", "Reduce", "Pad", "Cast", "UNARY_FNS", "BINARY_FNS",
+__all__ = ["Unary", "Binary", "Reduce", "Pad", "Cast", "Gather", "UNARY_FNS", "BINARY_FNS",
            "REDUCE_FNS"]
 
 #: fn -> attrs it takes (defaults), for ``unary``
@@ -228,3 +229,31 @@ class Cast(Operator):
 
     def flops(self, out):
         return 0.0, 0.0
+
+
+@register
+class Gather(Operator):
+    """Per-sample gather with fixed indices: ``y[n, p...] = x[n].flat[index[p...]]``
+    (``attrs["index"]``: an int array, the output's shape without the
+    batch; a mask broadcast from (N, S) to (N, 1, S, S) by ONNX
+    ``GatherND``). A tile reads its samples whole."""
+
+    kind = "gather"
+
+    def infer_shape(self):
+        x, idx = self.inputs[0].shape, np.asarray(self.attrs["index"], np.int64)
+        per = math.prod(x[1:])
+        if idx.size == 0 or idx.min() < 0 or idx.max() >= per:
+            raise GraphError(f"gather {self.name!r}: indices outside the {per} elements per "
+                             f"sample of {x}")
+        self.attrs["index"] = idx
+        return (x[0],) + idx.shape
+
+    def input_rect(self, i, out):
+        x = self.inputs[0].shape
+        return Rect((out.lo[0],) + (0,) * (len(x) - 1), (out.hi[0],) + tuple(x[1:]))
+
+    def flops(self, out):
+        return 0.0, float(out.volume)
+
+    signature = Binary.signature

@@ -271,3 +271,29 @@ class _Cast:
         if not t.need(0) or not np.issubdtype(x.dtype, np.floating):
             return [None], {}
         return [dy.astype(x.dtype)], {}
+
+
+@tile_kernel("gather")
+class _Gather:
+    @staticmethod
+    def _index(op, t):
+        o = t.out
+        return op.attrs["index"][tuple(slice(a, b) for a, b in zip(o.lo[1:], o.hi[1:]))]
+
+    @staticmethod
+    def forward(op, t):
+        x = t.xs[0]
+        xp = K.array_module(x)
+        idx = xp.asarray(_Gather._index(op, t))
+        return xp.ascontiguousarray(x.reshape(x.shape[0], -1)[:, idx])
+
+    @staticmethod
+    def backward(op, t, y, dy):
+        x = t.xs[0]
+        if not t.need(0) or not np.issubdtype(x.dtype, np.floating):
+            return [None], {}
+        xp = K.array_module(dy)
+        dx = xp.zeros((x.shape[0], int(np.prod(x.shape[1:]))), dy.dtype)
+        idx = _Gather._index(op, t).reshape(-1)
+        K.scatter_add(xp, dx.T, xp.asarray(idx), dy.reshape(dy.shape[0], -1).T)
+        return [dx.reshape(x.shape)], {}

@@ -279,6 +279,10 @@ class Graph:
         """``x`` as dtype ``to`` (float32 or int32)."""
         return self._make(O.Cast, "cast", [x], name, to=str(to))
 
+    def gather(self, x, index, name: str | None = None) -> TensorRef:
+        """``y[n, p...] = x[n].flat[index[p...]]`` for a fixed int array ``index``."""
+        return self._make(O.Gather, "gather", [x], name, index=index)
+
     def multihead_attention(self, x, heads: int, causal: bool = False,
                             name: str = "mha") -> TensorRef:
         """Multi-head self-attention of ``x`` (N, S, D) as PyTorch computes it:

@@ -163,3 +163,14 @@ def test_cast_ints_to_floats_passes_no_gradient():
     y = tile_forward(op, t)
     assert y.dtype == np.float32 and (y == x).all()
     assert tile_backward(op, t, y, np.ones_like(y))[0] == [None]
+
+
+def test_gather_broadcasts_a_mask_per_sample():
+    g = Graph(2)
+    idx = np.broadcast_to(np.arange(5), (1, 5, 5))  # (N, S) -> (N, 1, S, S) as GatherND
+    op = g.gather(g.input((5,)), idx).op
+    assert op.output_shape == (2, 1, 5, 5) and op.dims[0] == "sample"
+    check(op, [RNG.standard_normal((2, 5))], lambda a: np.broadcast_to(
+        a[0][:, None, None, :], (2, 1, 5, 5)), [(1, 1, 1, 1), (2, 1, 2, 3)])
+    with pytest.raises(GraphError, match="outside"):
+        g.gather(g.input((5,)), np.array([5]))
