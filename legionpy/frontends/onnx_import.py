@@ -82,6 +82,11 @@ class Indexed:
         return tuple(self.index.shape)
 
 
+#: operators whose constant results are masks or index arithmetic, never weights
+MASK_OPS = frozenset({"Where", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual",
+                      "Not", "And", "Or", "Xor", "Trilu", "ConstantOfShape", "Range", "IsNaN",
+                      "IsInf", "CumSum", "Max", "Min"})
+
 #: operators that only move elements: run on an Indexed value's numbers
 INDEX_OPS = frozenset({"Flatten", "Gather", "Reshape", "Squeeze", "Unsqueeze", "Transpose",
                        "Slice", "Expand", "GatherND", "GatherElements", "Identity"})
@@ -334,7 +339,8 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
             try:
                 for o, v in zip(node.output, _fold(node, ins, opset)):
                     imp.values[o] = v
-                    if any(i in imp.weights for i in node.input):
+                    if node.op_type not in MASK_OPS and v.dtype.kind == "f" and \
+                            any(i in imp.weights for i in node.input):
                         imp.weights.add(o)
                 continue
             except Exception as e:  # noqa: BLE001 - reported with the node below

@@ -101,10 +101,13 @@ def drop_batch(c: np.ndarray, nd: int) -> np.ndarray:
     return c
 
 
-def fixed(imp, name: str) -> bool:
+def fixed(imp, name: str, value: np.ndarray) -> bool:
     """Whether the constant ``name`` is fixed data (a mask, a literal), not
-    a trained weight (a float initializer or something folded from one)."""
-    return name not in imp.weights
+    a trained weight (a float initializer or something folded from one):
+    an additive mask (-inf or <= -1e4 entries) folded into an initializer
+    by an exporter's optimiser is fixed too."""
+    v = np.asarray(value)
+    return name not in imp.weights or bool(v.size and (np.isneginf(v).any() or v.min() <= -1e4))
 
 
 def binary(imp, node, ins, fn, cond=None):

@@ -298,7 +298,7 @@ def _add(imp, node, ins):
             b = imp.model.scale(b, -1.0, name=imp.name(node, ".neg"))
         return [L.value(L.relayout(a, imp.model.add(a.base, b, name=imp.name(node))))]
     cname = node.input[0 if first else 1]
-    if (sub and first) or c.size == 1 or fixed(imp, cname):
+    if (sub and first) or c.size == 1 or fixed(imp, cname, c):
         return [binary(imp, node, ins, fn)]
     try:
         return [_bias(imp, node, x, -c if sub else c)]

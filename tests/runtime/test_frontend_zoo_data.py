@@ -16,7 +16,7 @@ import pytest
 import legionpy as lp
 from legionpy.errors import ModelError
 from legionpy.frontends import from_onnx
-from legionpy.optimizer import Machine
+from legionpy.optimizer import Machine, Simulator, Strategy
 
 pytest.importorskip("onnx")
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")
@@ -60,8 +60,18 @@ def test_gpt2_trains_on_next_tokens_and_search_splits_heads_mlp_vocab(rt1, tmp_p
     seq = rng.integers(0, 64, (8, ids.shape[1] + 1))
     h = m.fit(seq[:, :-1], seq[:, 1:], epochs=3, verbose=0, shuffle=False)
     assert h["loss"][-1] < h["loss"][0]
-    dims = {o.kind: o.dims for o in m.graph.ops}
-    assert "parameter" in dims["dense"]  # MLP and the vocabulary projection split
+    ops = m.graph.ops
+    scores = [o for o in ops if o.kind == "batch_matmul" and o.output_shape[-1] == 12]
+    assert len(scores) == 2 and all(o.dims[1] == "attribute" for o in scores)  # heads
+    masks = [o for o in ops if o.kind == "binary" and o.inputs[0].op in scores]
+    assert len(masks) == 2 and not any(o.params for o in masks)  # fixed causal masks
+    dense = {o.output_shape[-1]: o.dims[-1] for o in ops if o.kind == "dense"}
+    assert dense[4 * 32] == "parameter" and dense[64] == "parameter"  # MLP, vocabulary
+    machine = Machine.preset("p100", nodes=1)
+    g = from_onnx(path, batch_size=8).graph  # another batch than the export's 2
+    sim = Simulator(g, machine)
+    best = lp.optimizer.search.mcmc(g, machine, iterations=8, seed=0)
+    assert 0 < sim.simulate(best) <= sim.simulate(Strategy.data_parallel(g, machine))
 
 
 def test_truncated_and_non_onnx_files_fail_clearly(tmp_path):
