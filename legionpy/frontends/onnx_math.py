@@ -36,7 +36,7 @@ from . import onnx_layout as L
 from .onnx_import import Unsupported
 from .onnx_ops import _axis, _elementwise, attrs, handles
 
-__all__ = ["binary", "fixed"]
+__all__ = ["binary", "fixed", "ceil_pad", "index_map"]
 
 _UNARY = {"Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
           "Neg": "neg", "Abs": "abs", "Erf": "erf", "Sin": "sin", "Cos": "cos",
@@ -399,3 +399,20 @@ def _logic(imp, node, ins):
         d = binary(imp, node, ins, "sub")
         return [imp.model.unary(d, "abs", name=imp.name(node, ".abs"))]
     return [binary(imp, node, ins, "mul" if node.op_type == "And" else "max")]
+
+
+def ceil_pad(model, x, k, s, p, name):
+    """A max pool's ``ceil_mode``: pad the bottom/right with the lowest
+    float so the floor of the padded size is the ceil of the original's
+    (each extra window still holds a real element, as PyTorch requires)."""
+    extra = []
+    for d in (2, 3):
+        n = x.shape[d] + 2 * p[d - 2]
+        out = -(-(n - k[d - 2]) // s[d - 2]) + 1
+        if (out - 1) * s[d - 2] >= x.shape[d] + p[d - 2]:
+            out -= 1
+        extra.append(max(0, (out - 1) * s[d - 2] + k[d - 2] - n))
+    if not any(extra):
+        return x
+    return model.pad(x, [(0, 0), (0, 0), (0, extra[0]), (0, extra[1])],
+                     float(np.finfo(np.float32).min), name=name)

@@ -101,8 +101,8 @@ def _conv(imp, node, ins):
 @handles("MaxPool", "AveragePool")
 def _pool(imp, node, ins):
     a, x = attrs(node), imp.act(node.input[0])
-    if a.get("ceil_mode", 0) or any(d != 1 for d in a.get("dilations", [1, 1])):
-        raise Unsupported("ceil_mode or dilations")
+    if any(d != 1 for d in a.get("dilations", [1, 1])):
+        raise Unsupported(f"dilations {a['dilations']}")
     avg = node.op_type == "AveragePool"
     p = a.get("pads")
     if avg and p and any(p) and a.get("count_include_pad", 0):
@@ -110,6 +110,13 @@ def _pool(imp, node, ins):
     if avg and p and any(p) and not (p[0] == p[2] and p[1] == p[3]):
         raise Unsupported(f"asymmetric pads {p} of an average pool")
     x, pads = _pads_first(imp, node, x, p, float(np.finfo(np.float32).min))
+    if a.get("ceil_mode", 0):
+        if avg:
+            raise Unsupported("ceil_mode of an average pool")
+        from .onnx_math import ceil_pad
+
+        x = ceil_pad(imp.model, x, a["kernel_shape"], a.get("strides", [1, 1]), pads,
+                     imp.name(node, ".ceil"))
     if len(node.output) > 1 and node.output[1]:
         raise Unsupported("MaxPool indices output")
     return [imp.model.pool2d(x, tuple(a["kernel_shape"]), tuple(a.get("strides", [1, 1])),

@@ -106,3 +106,12 @@ def test_imported_decoder_trains_next_token(rt1):
     x = RNG.integers(0, vocab, (4 * G.B, shape[0] + 1)).astype(np.int64)
     h = m.fit(x[:, :-1], x[:, 1:], epochs=5, verbose=0, shuffle=False)
     assert h["loss"][-1] < h["loss"][0]
+
+
+def test_ceil_mode_max_pool_and_global_max_pool(rt1):
+    g = G.G("ceil")
+    t = g.node("MaxPool", ["x"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)
+    t = g.node("Add", [t, g.node("GlobalMaxPool", [t])])
+    proto = g.model([("x", G.F, (2, 8, 8))], t, opset=17)
+    m = compare(proto, [RNG.standard_normal((2 * G.B, 2, 8, 8)).astype(np.float32)])
+    assert m.graph.ops[-1].output_shape == (G.B, 2, 4, 4)
