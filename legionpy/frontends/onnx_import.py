@@ -105,6 +105,8 @@ class Importer:
     unsupported: dict = field(default_factory=dict)
     outputs: set = field(default_factory=set)
     opset: int = 17
+    #: gamma inputs of folded layer norms without a scale: ones
+    ones: set = field(default_factory=set)
     #: constants that are trained weights: float initializers and values folded from them
     weights: set = field(default_factory=set)
 
@@ -299,6 +301,7 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
         dtype = "int32" if elem in (6, 7) else "float32"  # INT32, INT64: token ids
         imp.names.add(vi.name)
         imp.values[vi.name] = m.input(tuple(dims[1:]), dtype=dtype, name=vi.name)
+    from .onnx_fuse import fuse_layer_norm
     from .onnx_lstm import fuse_erf_gelu
 
     consts_seen = dict(consts)
@@ -306,7 +309,8 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
         if node.op_type == "Constant":
             consts_seen[node.output[0]] = _constant(node)
     poisoned: set[str] = set()
-    for node in fuse_erf_gelu(list(g.node), consts_seen):
+    nodes, imp.ones = fuse_layer_norm(fuse_erf_gelu(list(g.node), consts_seen), consts_seen)
+    for node in nodes:
         if any(i and i in poisoned for i in node.input):  # after an unsupported node
             poisoned.update(node.output)
             if node.op_type not in HANDLERS and node.op_type not in SHAPE_OPS:

@@ -154,10 +154,13 @@ def _ln(imp, node, ins):
         raise Unsupported(f"axis {a.get('axis')} (only the last dim)")
     x = L.as_last_dim(imp, node, x)
     t = imp.model.layer_norm(x.base, eps=a.get("epsilon", 1e-5), name=imp.name(node))
-    set_param(t, "gamma", imp.const(node.input[1], "LayerNormalization scale"))
+    d = x.shape[-1]
+    gamma = np.ones(d, np.float32) if node.input[1] in imp.ones else \
+        imp.const(node.input[1], "LayerNormalization scale")
+    set_param(t, "gamma", np.broadcast_to(gamma.reshape(-1), (d,)))
     beta = imp.const(node.input[2], "B") if len(node.input) > 2 and node.input[2] else \
         np.zeros(x.shape[-1], np.float32)
-    set_param(t, "beta", beta)
+    set_param(t, "beta", np.broadcast_to(beta.reshape(-1), (d,)))
     return [L.value(L.relayout(x, t))]
 
 

@@ -75,6 +75,9 @@ def test_gpt_like_decoder_with_causal_mask_matches_onnxruntime(rt1):
     assert len(mask) == 2 and mask[0].attrs["cond"].shape == (1, 1, 6, 6)
     assert not mask[0].params  # a fixed mask, not a weight
     assert sum(o.kind == "batch_matmul" for o in m.graph.ops) == 4  # the Einsums
+    lns = [o for o in m.graph.ops if o.kind == "layer_norm"]  # folded back, gamma/beta kept
+    assert len(lns) == 4 and "reduce" not in kinds(m) and lns[0].dims[-1] is None
+    assert lns[0].params["gamma"].init["kind"] == "array"
 
 
 def test_bert_like_padding_mask_input_matches_onnxruntime(rt1):
@@ -115,3 +118,16 @@ def test_ceil_mode_max_pool_and_global_max_pool(rt1):
     proto = g.model([("x", G.F, (2, 8, 8))], t, opset=17)
     m = compare(proto, [RNG.standard_normal((2 * G.B, 2, 8, 8)).astype(np.float32)])
     assert m.graph.ops[-1].output_shape == (G.B, 2, 4, 4)
+
+
+def test_decomposed_layer_norm_without_scale_folds_to_ones(rt1):
+    g = G.G("ln")
+    mu = g.node("ReduceMean", ["x"], axes=[-1], keepdims=1)
+    d = g.node("Sub", ["x", mu])
+    v = g.node("ReduceMean", [g.node("Mul", [d, d])], axes=[-1], keepdims=1)
+    y = g.node("Div", [d, g.node("Sqrt", [g.node("Add", [v, g.c(1e-6, np.float32)])])])
+    proto = g.model([("x", G.F, (3, 8))], g.node("Relu", [y]), opset=17)
+    m = compare(proto, [RNG.standard_normal((2 * G.B, 3, 8)).astype(np.float32)])
+    ln = next(o for o in m.graph.ops if o.kind == "layer_norm")
+    assert ln.attrs["eps"] == pytest.approx(1e-6) and len(m.graph.ops) == 3
+    np.testing.assert_array_equal(ln.params["gamma"].init["value"], np.ones(8))
