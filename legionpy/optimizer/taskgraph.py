@@ -5,7 +5,7 @@ operator can be replaced in place for delta simulation (Algorithm 2).
 
 It is the graph the runtime executes (invariant 3, checked by
 tests/runtime/test_mirror.py): the copies are derived by running the
-runtime's own coherence state machine (:class:`legionpy.runtime.coherence.
+runtime's own coherence state machine (:class:`legionpy.regions.coherence.
 FieldState`, same Rect operations, devices as memories) over the accesses of
 one steady-state iteration, in the runtime's launch order.
 
@@ -72,7 +72,7 @@ import numpy as np
 
 from ..errors import StrategyError
 from ..placement import param_tiles, update_points
-from ..runtime.coherence import FieldState, Piece, Request, choose_source
+from ..regions.coherence import FieldState, Piece, Request, choose_source
 from . import simkernels as K
 from .replicated import replicated_block
 
@@ -404,7 +404,7 @@ class TaskGraph:
         """Forward reads replayed without FieldState, on a state of pieces
         ``[lo, hi, rect, valid, owner]`` (no fill, no pending reduction; valid
         values are edge codes) -- the ``read`` rule of
-        :meth:`legionpy.runtime.coherence.FieldState.access` (pieces in rect
+        :meth:`legionpy.regions.coherence.FieldState.access` (pieces in rect
         order, one merged copy per source memory chosen by ``choose_source``,
         data valid at the reader: a dependence, no copy). ``reads``: ``(rect,
         memory, op code, key0)`` in launch order. Same tasks and edges as

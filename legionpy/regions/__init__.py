@@ -1,5 +1,7 @@
-"""The region model: logical regions, partitions, privileges and the
-dependence analysis between operations that use them.
+"""The region model: logical regions, partitions, privileges, the
+dependence analysis between operations that use them, and the coherence
+state machine (:mod:`.coherence`: which instance holds valid data where),
+shared by the runtime and the optimizer's task-graph builder.
 
 >>> import numpy as np
 >>> from legionpy.regions import Region, Partition, RW, RegionRequirement, DependenceAnalyzer

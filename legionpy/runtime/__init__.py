@@ -2,9 +2,10 @@
 
 Modules, in pipeline order: ``launch`` (the @task decorator, LaunchOptions,
 privilege matching), ``core`` (the Runtime: launch-time analysis: dependences,
-mapping, coherence planning), ``coherence`` (pure valid-instance state),
-``instances`` (arrays per memory), ``scheduler`` (dependence counting and
-FIFO execution, threaded or serial), ``devices``, ``futures``, ``trace``.
+mapping, coherence planning with :mod:`legionpy.regions.coherence`, the
+pure valid-instance state machine), ``instances`` (arrays per memory),
+``scheduler`` (dependence counting and FIFO execution, threaded or serial),
+``devices``, ``futures``, ``trace``.
 
 >>> import numpy as np, legionpy as lp
 >>> R = lp.Region((8,), {"x": np.float64})
@@ -22,7 +23,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .coherence import HOST
+from ..regions.coherence import HOST
 from .core import Runtime
 from .devices import Device
 from .futures import Future, FutureMap

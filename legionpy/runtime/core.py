@@ -43,8 +43,8 @@ import numpy as np
 
 from ..errors import LaunchError, MappingError, RegionError, TaskError
 from ..regions import WD, DependenceAnalyzer, Partition, Region, RegionRequirement, Subregion
+from ..regions.coherence import HOST, FieldState, FoldAction, Request
 from .body import PointBody
-from .coherence import HOST, FieldState, FoldAction, Request
 from .devices import Device, limit_blas, machine_devices, queue_name
 from .futures import Future, FutureMap
 from .instances import Instances

@@ -2,7 +2,7 @@
 
 A :class:`Device` is a processor with its own memory: memory id ==
 device id (the host memory, where ``Region.write`` lands and ``Region.read``
-gathers, is :data:`~legionpy.runtime.coherence.HOST` = -1). Devices are
+gathers, is :data:`~legionpy.regions.coherence.HOST` = -1). Devices are
 numbered globally ``0..n-1``, rank-major then local index, so under MPI every
 rank sees the same list (contracts.md, "runtime devices and links").
 

@@ -64,7 +64,7 @@ import numpy as np
 
 from ..errors import FieldError
 from ..geometry import Rect
-from .coherence import Copy, FillAction, FoldAction
+from ..regions.coherence import Copy, FillAction, FoldAction
 from .streams import BufferPool
 
 __all__ = ["Instances", "RegionView", "identity", "FOLD"]

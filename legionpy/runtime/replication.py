@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RankMismatchError, TaskError
-from .coherence import HOST
+from ..regions.coherence import HOST
 from .mpi import Cluster
 from .scheduler import Op
 

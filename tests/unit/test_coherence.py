@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from legionpy.geometry import Rect
-from legionpy.runtime.coherence import (
+from legionpy.regions.coherence import (
     HOST,
     Copy,
     FieldState,
@@ -165,7 +165,7 @@ def _model_access(pieces, req, new_id, opened):
     reference); ``opened``: ``{memory: (buffer, redop)}``, updated in place."""
     from dataclasses import replace
 
-    from legionpy.runtime.coherence import Plan, _materialise
+    from legionpy.regions.coherence import Plan, _materialise
 
     plan, kept, touched = Plan(), [], []
     for p in sorted(pieces, key=_key):

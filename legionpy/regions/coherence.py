@@ -87,7 +87,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..geometry import Rect
-from ..regions.dependence import RectIndex
+from .dependence import RectIndex
 
 __all__ = [
     "HOST", "Piece", "Red", "Request", "Copy", "FillAction", "FoldAction", "Plan",
