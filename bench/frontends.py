@@ -35,7 +35,7 @@ import numpy as np
 B = 2
 
 
-def vision(name: str, size: int = 32):
+def vision(name: str, size: int = 64):
     def build():
         import torchvision.models as tvm
 

@@ -240,7 +240,7 @@ def _dims(vi: Any) -> list:
             for d in vi.type.tensor_type.shape.dim]
 
 
-def _fold(node: Any, ins: list[np.ndarray], opset: int) -> list[np.ndarray]:
+def fold(node: Any, ins: list[np.ndarray], opset: int) -> list[np.ndarray]:
     """Evaluate a node on constant inputs with ONNX's reference implementation."""
     import onnx
     from onnx import helper
@@ -324,7 +324,7 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
             if not isinstance(x, Indexed):
                 x = Indexed(x, np.arange(int(np.prod(x.shape))).reshape(x.shape))
             try:
-                res = _fold(node, [x.index, *ins[1:]], opset)[0]
+                res = fold(node, [x.index, *ins[1:]], opset)[0]
                 imp.values[node.output[0]] = Indexed(x.base, res)
                 continue
             except Exception as e:  # noqa: BLE001 - reported with the node below
@@ -341,7 +341,7 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
         if ins and all(x is None or isinstance(x, np.ndarray) for x in ins) and \
                 any(isinstance(x, np.ndarray) for x in ins):
             try:
-                for o, v in zip(node.output, _fold(node, ins, opset)):
+                for o, v in zip(node.output, fold(node, ins, opset)):
                     imp.values[o] = v
                     if node.op_type not in MASK_OPS and v.dtype.kind == "f" and \
                             any(i in imp.weights for i in node.input):

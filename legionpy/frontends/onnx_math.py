@@ -34,7 +34,7 @@ import numpy as np
 
 from . import onnx_layout as L
 from .onnx_import import Unsupported
-from .onnx_ops import _axis, _elementwise, attrs, handles
+from .onnx_ops import attrs, elementwise, handles, norm_axis
 
 __all__ = ["binary", "fixed", "ceil_pad", "index_map"]
 
@@ -46,7 +46,7 @@ _UNARY = {"Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal"
 @handles(*_UNARY)
 def _unary(imp, node, ins):
     fn = _UNARY[node.op_type]
-    return [_elementwise(imp, node, lambda r: imp.model.unary(r, fn, name=imp.name(node)))]
+    return [elementwise(imp, node, lambda r: imp.model.unary(r, fn, name=imp.name(node)))]
 
 
 @handles("HardSigmoid", "LeakyRelu", "Elu")
@@ -56,7 +56,7 @@ def _unary_params(imp, node, ins):
                                                   "beta": a.get("beta", 0.5)}),
                   "LeakyRelu": ("leaky_relu", {"alpha": a.get("alpha", 0.01)}),
                   "Elu": ("elu", {"alpha": a.get("alpha", 1.0)})}[node.op_type]
-    return [_elementwise(imp, node, lambda r: imp.model.unary(r, fn, name=imp.name(node),
+    return [elementwise(imp, node, lambda r: imp.model.unary(r, fn, name=imp.name(node),
                                                               **params))]
 
 
@@ -76,8 +76,8 @@ def _clip(imp, node, ins):
     lo = None if lo is None or lo <= -3e38 else float(lo)
     hi = None if hi is None or hi >= 3e38 else float(hi)
     if lo == 0.0 and hi is None:
-        return [_elementwise(imp, node, lambda r: imp.model.relu(r, name=imp.name(node)))]
-    return [_elementwise(imp, node, lambda r: imp.model.unary(r, "clip", min=lo, max=hi,
+        return [elementwise(imp, node, lambda r: imp.model.relu(r, name=imp.name(node)))]
+    return [elementwise(imp, node, lambda r: imp.model.unary(r, "clip", min=lo, max=hi,
                                                               name=imp.name(node)))]
 
 
@@ -88,7 +88,7 @@ def _pow(imp, node, ins):
         if e == 1.0:
             return [ins[0]]
         fn, kw = ("sqrt", {}) if e == 0.5 else ("pow", {"exponent": e})
-        return [_elementwise(imp, node, lambda r: imp.model.unary(r, fn, name=imp.name(node),
+        return [elementwise(imp, node, lambda r: imp.model.unary(r, fn, name=imp.name(node),
                                                                   **kw))]
     return [binary(imp, node, ins, "pow")]
 
@@ -248,7 +248,7 @@ def _reduce(imp, node, ins):
             if a.get("noop_with_empty_axes", 0):
                 return [x]
             raise Unsupported("reducing every axis, the batch included")
-    axes = sorted({_axis(int(v), x.ndim) for v in axes})
+    axes = sorted({norm_axis(int(v), x.ndim) for v in axes})
     if 0 in axes:
         raise Unsupported(f"reducing the batch axis (axes {axes})")
     return [imp.model.reduce(x, axes, fn, keepdims=bool(keep), name=imp.name(node))]
@@ -273,7 +273,7 @@ def _pad(imp, node, ins):
     value = _opt_scalar(imp, node, 2, "Pad constant_value") or a.get("value", 0.0)
     pairs = pad_pairs(pads, len(pads) // 2)
     if len(node.input) > 3 and node.input[3]:
-        axes = [_axis(int(v), x.ndim) for v in imp.const(node.input[3], "Pad axes")]
+        axes = [norm_axis(int(v), x.ndim) for v in imp.const(node.input[3], "Pad axes")]
         full = [(0, 0)] * x.ndim
         for ax, p in zip(axes, pairs):
             full[ax] = p
@@ -297,9 +297,9 @@ def _einsum(imp, node, ins):
     if isinstance(ins[1], np.ndarray):
         w = ins[1]
         if w.ndim == 2 and p[:-1] == r[:-1] and q[0] == p[-1] and q[1] == r[-1]:
-            from .onnx_ops import _dense, set_param
+            from .onnx_ops import dense_last, set_param
 
-            t, o = _dense(imp, node, imp.lay(node.input[0]), w.shape[1], False)
+            t, o = dense_last(imp, node, imp.lay(node.input[0]), w.shape[1], False)
             set_param(t, "weight", w)
             return [L.value(o)]
         raise Unsupported(f"equation {eq!r} with a constant operand")
@@ -320,10 +320,10 @@ def _einsum(imp, node, ins):
 @handles("SplitToSequence")
 def _split_to_sequence(imp, node, ins):
     """A Python list of the pieces (unoptimised dynamo exports split so)."""
-    from .onnx_ops import _split
+    from .onnx_ops import split_node
 
     a, x = attrs(node), imp.lay(node.input[0])
-    ax = _axis(a.get("axis", 0), x.ndim)
+    ax = norm_axis(a.get("axis", 0), x.ndim)
     n = x.shape[ax]
     split = imp.const(node.input[1], "split") if len(node.input) > 1 and node.input[1] \
         else None
@@ -345,7 +345,7 @@ def _split_to_sequence(imp, node, ins):
 
     sub.attribute.extend([helper.make_attribute("axis", ax),
                           helper.make_attribute("split", sizes)])
-    outs = _split(imp, sub, [ins[0]])
+    outs = split_node(imp, sub, [ins[0]])
     if split is None and not a.get("keepdims", 1):
         outs = [L.value(L.squeeze(L.lay(o), [ax])) for o in outs]
     return [list(outs)]
@@ -369,7 +369,7 @@ def index_map(imp, node, ins):
     in its place (``GatherND`` broadcasting a padding mask, ``Gather`` of
     several positions): the node run on the element numbers of the tensor
     tells which element each output reads -> one ``gather`` op."""
-    from .onnx_import import _fold
+    from .onnx_import import fold
 
     x = imp.act(node.input[0], f"{node.op_type} data")
     if any(not isinstance(v, np.ndarray) for v in ins[1:]):
@@ -377,7 +377,7 @@ def index_map(imp, node, ins):
     per = int(np.prod(x.shape[1:]))
     iota = np.arange(x.shape[0] * per, dtype=np.int64).reshape(x.shape)
     try:
-        res = _fold(node, [iota, *ins[1:]], imp.opset)[0]
+        res = fold(node, [iota, *ins[1:]], imp.opset)[0]
     except Exception as e:  # noqa: BLE001 - e.g. indices built for another batch size
         raise Unsupported(f"indices for another shape ({type(e).__name__})") from None
     n = x.shape[0]

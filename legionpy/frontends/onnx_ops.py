@@ -51,7 +51,7 @@ def set_param(ref_or_ops: Any, pname: str, value: np.ndarray) -> None:
         op.params[pname] = p
 
 
-def _axis(a: int, ndim: int) -> int:
+def norm_axis(a: int, ndim: int) -> int:
     return a + ndim if a < 0 else a
 
 
@@ -150,7 +150,7 @@ def _bn(imp, node, ins):
 @handles("LayerNormalization")
 def _ln(imp, node, ins):
     a, x = attrs(node), imp.lay(node.input[0])
-    if _axis(a.get("axis", -1), x.ndim) != x.ndim - 1:
+    if norm_axis(a.get("axis", -1), x.ndim) != x.ndim - 1:
         raise Unsupported(f"axis {a.get('axis')} (only the last dim)")
     x = L.as_last_dim(imp, node, x)
     t = imp.model.layer_norm(x.base, eps=a.get("epsilon", 1e-5), name=imp.name(node))
@@ -165,7 +165,7 @@ def _ln(imp, node, ins):
 
 
 # -- dense ----------------------------------------------------------------------------
-def _dense(imp, node, v, units, bias):
+def dense_last(imp, node, v, units, bias):
     """A dense layer over the last ONNX axis of value ``v`` (any layout)."""
     x = L.as_last_dim(imp, node, L.lay(v))
     t = imp.model.dense(x.base, units, bias=bias, name=imp.name(node))
@@ -183,7 +183,7 @@ def _gemm(imp, node, ins):
         if len(node.input) > 2 and node.input[2] else None
     if c is not None and c.size not in (1, w.shape[1]):
         raise Unsupported(f"C of shape {c.shape}")
-    t, out = _dense(imp, node, v, w.shape[1], c is not None)
+    t, out = dense_last(imp, node, v, w.shape[1], c is not None)
     set_param(t, "weight", w)
     if c is not None:
         set_param(t, "bias", np.broadcast_to(c.reshape(-1), (w.shape[1],)))
@@ -196,7 +196,7 @@ def _matmul(imp, node, ins):
     if isinstance(b, np.ndarray):
         if b.ndim != 2:
             raise Unsupported("a constant right operand that is not 2-D")
-        t, out = _dense(imp, node, imp.lay(node.input[0]), b.shape[1], False)
+        t, out = dense_last(imp, node, imp.lay(node.input[0]), b.shape[1], False)
         set_param(t, "weight", b)
         return [L.value(out)]
     a, b = imp.lay(node.input[0]), imp.lay(node.input[1])
@@ -215,10 +215,10 @@ def _matmul(imp, node, ins):
 @handles("Relu", "Tanh", "Sigmoid")
 def _unary(imp, node, ins):
     f = {"Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid"}[node.op_type]
-    return [_elementwise(imp, node, lambda r: getattr(imp.model, f)(r, name=imp.name(node)))]
+    return [elementwise(imp, node, lambda r: getattr(imp.model, f)(r, name=imp.name(node)))]
 
 
-def _elementwise(imp, node, fn):
+def elementwise(imp, node, fn):
     """``fn`` on the base of input 0 (any layout; the layout is kept)."""
     x = imp.lay(node.input[0])
     return L.value(L.relayout(x, fn(x.base)))
@@ -228,7 +228,7 @@ def _elementwise(imp, node, fn):
 def _gelu(imp, node, ins):
     appr = attrs(node).get("approximate", b"none")
     appr = appr.decode() if isinstance(appr, bytes) else appr
-    return [_elementwise(imp, node, lambda r: imp.model.gelu(r, approximate=appr,
+    return [elementwise(imp, node, lambda r: imp.model.gelu(r, approximate=appr,
                                                              name=imp.name(node)))]
 
 
@@ -260,7 +260,7 @@ def _dropout(imp, node, ins):
         raise Unsupported("the mask output")
     if rate <= 0:
         return [ins[0]]
-    return [_elementwise(imp, node, lambda r: imp.model.dropout(r, rate, name=imp.name(node)))]
+    return [elementwise(imp, node, lambda r: imp.model.dropout(r, rate, name=imp.name(node)))]
 
 
 def _const_operand(imp, node, ins):
@@ -353,7 +353,7 @@ def _pair(imp, node):
 @handles("Softmax")
 def _softmax(imp, node, ins):
     x = imp.lay(node.input[0])
-    ax = _axis(attrs(node).get("axis", -1), x.ndim)
+    ax = norm_axis(attrs(node).get("axis", -1), x.ndim)
     if ax != x.ndim - 1:
         raise Unsupported(f"axis {ax} (only the last dim)")
     last = node.output[0] in imp.outputs
@@ -365,7 +365,7 @@ def _softmax(imp, node, ins):
 @handles("Flatten")
 def _flatten(imp, node, ins):
     x = imp.act(node.input[0])
-    if _axis(attrs(node).get("axis", 1), x.ndim) != 1:
+    if norm_axis(attrs(node).get("axis", 1), x.ndim) != 1:
         raise Unsupported("axis other than 1")
     return [x if x.ndim == 2 and x.view is None else imp.model.flat(x, name=imp.name(node))]
 
@@ -388,7 +388,7 @@ def _axes(imp, node, ins, ndim):
     a = attrs(node).get("axes")
     if a is None and len(node.input) > 1 and node.input[1]:
         a = imp.const(node.input[1], "axes")
-    return sorted(_axis(int(v), ndim) for v in (a if a is not None else []))
+    return sorted(norm_axis(int(v), ndim) for v in (a if a is not None else []))
 
 
 @handles("Squeeze")
@@ -443,20 +443,20 @@ def _seq_to_batch(imp, node, items):
 def _concat(imp, node, ins):
     ax = attrs(node)["axis"]
     if all(isinstance(v, Stack) for v in ins):
-        if _axis(ax, len(ins[0].shape)) != 0 or len({v.unit for v in ins}) != 1:
+        if norm_axis(ax, len(ins[0].shape)) != 0 or len({v.unit for v in ins}) != 1:
             raise Unsupported("concatenating time-major tensors along a non-leading axis")
         return [Stack([r for v in ins for r in v.items], ins[0].unit)]
     xs = [imp.act(n) for n in node.input]
-    ax = _axis(ax, xs[0].ndim)
+    ax = norm_axis(ax, xs[0].ndim)
     if ax == 0:
         raise Unsupported("concatenating along the batch dim")
     return [imp.model.concat(xs, axis=ax, name=imp.name(node))]
 
 
 @handles("Split")
-def _split(imp, node, ins):
+def split_node(imp, node, ins):
     a, x = attrs(node), imp.lay(node.input[0])
-    ax = _axis(a.get("axis", 0), x.ndim)
+    ax = norm_axis(a.get("axis", 0), x.ndim)
     sizes = a.get("split")
     if sizes is None and len(node.input) > 1 and node.input[1]:
         sizes = imp.const(node.input[1], "split")
@@ -486,7 +486,7 @@ def _slice(imp, node, ins):
         else np.ones(len(starts), np.int64)
     if len(axes) != 1 or int(steps[0]) != 1:
         raise Unsupported("more than one axis, or a step other than 1")
-    ax, n = _axis(int(axes[0]), ndim), v.shape[_axis(int(axes[0]), ndim)]
+    ax, n = norm_axis(int(axes[0]), ndim), v.shape[norm_axis(int(axes[0]), ndim)]
     lo, hi = (int(np.clip(s + n if s < 0 else s, 0, n)) for s in (int(starts[0]), int(ends[0])))
     if isinstance(v, Stack):
         if ax != 0:
@@ -512,11 +512,11 @@ def _gather(imp, node, ins):
 
         return [index_map(imp, node, ins)]
     if isinstance(data, Stack):
-        if _axis(ax, len(data.shape)) != 0:
+        if norm_axis(ax, len(data.shape)) != 0:
             raise Unsupported("gathering a non-leading axis of a time-major tensor")
         return [data.items[int(i)]]
     x = imp.lay(node.input[0])
-    ax = _axis(ax, x.ndim)
+    ax = norm_axis(ax, x.ndim)
     k = int(i) % x.shape[ax]
     return [L.value(L.take(imp, node, x, ax, k, k + 1, keep=False))]
 
