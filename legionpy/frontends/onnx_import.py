@@ -276,6 +276,8 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
     from .onnx_ops import HANDLERS
 
     proto = _load(model)
+    src = repr(os.fspath(model)) if isinstance(model, (str, os.PathLike)) else \
+        f"ONNX graph {proto.graph.name!r}"
     g = proto.graph
     opset = max([o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")] or [13])
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
@@ -286,8 +288,9 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
     export_batch = dims0[0][0] if dims0[0] and isinstance(dims0[0][0], int) else None
     batch = int(batch_size) if batch_size is not None else export_batch
     if not batch:
-        raise ModelError(f"ONNX input {inputs[0].name!r} has a symbolic batch dim "
-                         f"{dims0[0][:1]}; pass batch_size=...")
+        raise ModelError(f"{src}: ONNX input {inputs[0].name!r} has a symbolic batch dim "
+                         f"{dims0[0][:1]}; pass batch_size=... (--batch-size on the command "
+                         "line)")
     m = Model(batch, seed=seed, name=name or g.name or "onnx")
     imp = Importer(m, g.name, batch, export_batch, dict(consts))
     imp.outputs = {o.name for o in g.output}
@@ -295,8 +298,8 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
     imp.weights = {k for k, v in consts.items() if v.dtype.kind == "f" and v.size > 1}
     for vi, dims in zip(inputs, dims0):
         if len(dims) < 2 or any(not isinstance(d, int) or d < 1 for d in dims[1:]):
-            raise ModelError(f"ONNX input {vi.name!r} has shape {dims}; legionpy needs a "
-                             "batch dim followed by static dims: export with fixed sizes")
+            raise ModelError(f"{src}: ONNX input {vi.name!r} has shape {dims}; legionpy needs "
+                             "a batch dim followed by static dims: export with fixed sizes")
         elem = vi.type.tensor_type.elem_type
         dtype = "int32" if elem in (6, 7) else "float32"  # INT32, INT64: token ids
         imp.names.add(vi.name)
