@@ -38,7 +38,8 @@ __all__ = ["Model", "History", "LAYERS"]
 LAYERS = ("input", "conv2d", "pool2d", "dense", "flat", "reshape", "relu", "sigmoid", "tanh",
           "gelu", "batch_norm", "dropout", "concat", "add", "multiply", "softmax", "embedding",
           "batch_matmul", "lstm", "attention", "layer_norm", "transpose", "slice", "scale",
-          "add_bias", "positional_encoding", "multihead_attention")
+          "add_bias", "positional_encoding", "multihead_attention", "unary", "binary",
+          "reduce", "pad", "cast", "gather")
 _ids = itertools.count()
 
 
