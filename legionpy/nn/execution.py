@@ -505,13 +505,16 @@ class Executor:
             lr.index_launch(task, part.colors, part, t, sparse, opts.tag[0],
                             launch_options=opts)
         if self.csync is not None:  # per bucket and group: RS -> U of each chunk -> AG
-            for g, rs, (part, task, opts, sparse), ag in self.csync.steps:
-                if rs is not None:
+            steps = self.csync.steps
+            for what, i, p in self.csync.order:
+                g, rs, (part, task, opts, sparse), ag = steps[i]
+                if what == "RS":
                     rs()
-                lr.index_launch(task, part.colors, part, t, sparse, g.name,
-                                launch_options=opts)
-                if ag is not None:
+                elif what == "AG":
                     ag()
+                else:
+                    lr.index_launch(task, opts[p][1], part, t, sparse, g.name,
+                                    launch_options=opts[p][0])
         return fm
 
     def _cupdate(self, v: Any, step: int, sparse: dict, name: str = "") -> None:

@@ -110,8 +110,13 @@ class CollectiveSync:
                                              for p, (lo, hi) in enumerate(chunks)})
             name = f"U({g.name})"
             task = TaskFunction(ex._cupdate, [RW(*u_fields)], name=name, kind="update")
-            opts = LaunchOptions(name, "update", (g.name, "U", ex.model_id))
-            self.table[(g.name, "U", ex.model_id)] = tuple(g.devices)
+            # one launch per point (its colour p names it U:b.g[p]), so the
+            # launches follow the task graph's key order (below)
+            opts = []
+            for p, d in enumerate(g.devices):
+                tag = (f"{g.name}[{p}]", "U", ex.model_id)
+                opts.append((LaunchOptions(name, "update", tag), [(p,)]))
+                self.table[tag] = (d,)
             sparse = self._sparse_segments(ex, g, chunks)
             rs = ag = None
             if n > 1:
@@ -125,6 +130,18 @@ class CollectiveSync:
                                 choose("all_gather", g.devices, nbytes), f"AG({g.name})",
                                 node_of)
             self.steps.append((g, rs, (upart, task, opts, sparse), ag))
+        #: the launches in the task graph's stable-id order (optimizer/
+        #: collective_block.py keys: bucket, then k -- RS 0, U of position p
+        #: 1 + p, AG 1 + n -- then the group): ``(what, step index, p)``
+        keyed = []
+        for i, (g, rs, _, ag) in enumerate(self.steps):
+            n = len(g.devices)
+            if rs is not None:
+                keyed.append(((g.b, 0, g.gi), ("RS", i, 0)))
+            keyed += [((g.b, 1 + p, g.gi), ("U", i, p)) for p in range(n)]
+            if ag is not None:
+                keyed.append(((g.b, 1 + n, g.gi), ("AG", i, 0)))
+        self.order = [x for _, x in sorted(keyed)]
 
     @staticmethod
     def _sparse_segments(ex: Any, g: Group, chunks: list) -> dict:

@@ -43,6 +43,7 @@ __all__ = ["MirrorGraph", "traced_taskgraph", "taskgraph_form", "compare", "inst
 
 _NAME = re.compile(r"^([FBU])\((.*)\)$")
 _COLL = re.compile(r"^(RS|AG|AR)\((.*)\)$")
+_BUCKET = re.compile(r"^b\d+\.\d+$")  # U(b<bucket>.<group>), nn/sync.py
 
 
 @dataclass
@@ -135,6 +136,8 @@ def _labels(by_id: dict[int, dict]) -> dict[int, str]:
             k = r.get("launch")
             if m is None or k is None:
                 continue  # a task outside the layer API
+            if r.get("point") and _BUCKET.match(m.group(2)):
+                k = r["point"][0]  # collective sync: U(b.g) launched point by point
             name_of[i] = f"{m.group(1)}:{m.group(2)}[{k}]"
         elif r["kind"] == "collective":
             m = _COLL.match(r["name"])

@@ -3,12 +3,9 @@ runtime's traced iteration with ``sync="collective"`` equals the
 simulator's task graph with ``sync="collective"``: the same tasks on the
 same devices (``U:b<bucket>.<group>[p]`` on the group's position ``p``), no
 weight copies, the collectives compared as units (kind, group, algorithm,
-bytes) and the same dependences.
-
-Stable-id order: the runtime launches each group's RS, U points and AG in
-turn; the task graph's keys put a bucket's groups side by side (k before
-the group index), so the order is compared only where every bucket has
-one group of several devices (data and model parallelism here)."""
+bytes), the same dependences and the same stable-id order (the runtime
+launches a bucket's RS, U points and AG in the task graph's key order:
+RS, U of position 0, 1, ..., AG, each over the bucket's groups)."""
 
 from __future__ import annotations
 
@@ -43,7 +40,7 @@ def mirror(build, n, strategy, steps=3):
 def test_trace_equals_taskgraph_collective(model, n):
     for sname, s in STRATS.items():
         a, b, recs = mirror(MODELS[model], n, s)
-        diff = compare(a, b, order=sname in ("data", "model"))
+        diff = compare(a, b)
         assert not diff, f"{model} {sname} on {n} devices:\n" + "\n".join(diff)
         if sname == "data":
             assert a.collectives and all(v[1] == tuple(range(n))
