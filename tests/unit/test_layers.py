@@ -8,7 +8,8 @@ other)::
 
     0  errors
     1  geometry
-    2  atomic, progress, placement, data     leaves
+    2  atomic, progress, placement, data,    leaves
+       collectives
     3  regions
     4  ops
     5  runtime, optimizer                    siblings: neither imports the other
@@ -40,6 +41,7 @@ RANKS = {
     "errors": 0,
     "geometry": 1,
     "atomic": 2, "progress": 2, "placement": 2, "data": 2,
+    "collectives": 2,  # the collective rule both halves share (docs/seam.md)
     "regions": 3,
     "ops": 4,
     "runtime": 5, "optimizer": 5,
