@@ -172,6 +172,10 @@ def add_train_arguments(p: Any, steps: int = 30) -> None:
                         "for, else 2, or 1 per rank under mpirun)")
     p.add_argument("--lr", type=positive_float, default=None, help="Adam learning rate")
     p.add_argument("--seed", type=nonneg_int, default=0)
+    p.add_argument("--sync", choices=("shards", "collective"), default=None,
+                   help="gradient synchronisation: update shards and point-to-point copies, "
+                        "or per-bucket reduce-scatter + all-gather collectives (default: "
+                        "LEGIONPY_SYNC, else shards)")
     p.add_argument("--checkpoint", type=out_file, metavar="FILE", default=None,
                    help="resume from FILE when it exists; save to it every "
                         "--checkpoint-every steps, at the end and on Ctrl-C")

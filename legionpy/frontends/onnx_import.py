@@ -66,6 +66,33 @@ class Stack:
 
 
 @dataclass
+class Indexed:
+    """A tensor whose every element is one element of activation ``base``:
+    ``index`` (the tensor's shape) holds the element numbers of ``base``
+    (flat, batch included). Shape ops on it (a ``Flatten`` that merges the
+    batch, a ``Gather`` with computed positions: the TorchScript exporter's
+    padding masks) are run on ``index``; a consumer gets it as one
+    ``gather`` op when every sample reads only its own elements."""
+
+    base: Any
+    index: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.index.shape)
+
+
+#: operators whose constant results are masks or index arithmetic, never weights
+MASK_OPS = frozenset({"Where", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual",
+                      "Not", "And", "Or", "Xor", "Trilu", "ConstantOfShape", "Range", "IsNaN",
+                      "IsInf", "CumSum", "Max", "Min"})
+
+#: operators that only move elements: run on an Indexed value's numbers
+INDEX_OPS = frozenset({"Flatten", "Gather", "Reshape", "Squeeze", "Unsqueeze", "Transpose",
+                       "Slice", "Expand", "GatherND", "GatherElements", "Identity"})
+
+
+@dataclass
 class Importer:
     """State of one import: the model under construction and the values."""
 
@@ -77,6 +104,11 @@ class Importer:
     names: set = field(default_factory=set)
     unsupported: dict = field(default_factory=dict)
     outputs: set = field(default_factory=set)
+    opset: int = 17
+    #: gamma inputs of folded layer norms without a scale: ones
+    ones: set = field(default_factory=set)
+    #: constants that are trained weights: float initializers and values folded from them
+    weights: set = field(default_factory=set)
 
     def name(self, node: Any, suffix: str = "") -> str:
         """A unique op name from the node's name (or op type and position)."""
@@ -99,6 +131,8 @@ class Importer:
         from .onnx_layout import Lay, lay
 
         v = self.values.get(name)
+        if isinstance(v, Indexed):
+            v = self.act(name, what)
         if isinstance(v, (TensorRef, Lay)):
             return lay(v)
         raise Unsupported(f"{what} must be an activation")
@@ -109,15 +143,34 @@ class Importer:
         from .onnx_layout import Lay, materialize
 
         v = self.values.get(name)
+        if isinstance(v, Indexed):
+            v = self.values[name] = _gathered(self, name, v)
         if isinstance(v, Lay):
             x = materialize(self, _Named(name), v)
             if x.canonical:
                 self.values[name] = x.base
                 return x.base
+            if x.groups and x.batch in x.groups[0] and \
+                    all(x.size[a] == 1 for a in x.groups[0] if a != x.batch):
+                # batch first, in ONNX order; only size-1 axes differ (Unsqueeze)
+                r = self.model.reshape(x.base, v.shape[1:], name=self.name(_Named(name),
+                                                                            ".shape"))
+                self.values[name] = r
+                return r
             raise Unsupported(f"{what} {v.shape} does not have the batch first")
         if not isinstance(v, TensorRef):
             raise Unsupported(f"{what} must be a batch-first activation")
         return v
+
+
+def _gathered(imp: Importer, name: str, v: Indexed) -> Any:
+    """An Indexed value as one ``gather`` of its base (samples stay put)."""
+    x, res = v.base, v.index
+    n, per = x.shape[0], int(np.prod(x.shape[1:]))
+    own = np.arange(n).reshape((n,) + (1,) * (res.ndim - 1)) * per if res.ndim else None
+    if res.ndim < 1 or res.shape[0] != n or np.any(res - own != res[:1]):
+        raise Unsupported(f"{name}: a reshape or gather that moves values between samples")
+    return imp.model.gather(x, res[0], name=imp.name(_Named(name), ".gather"))
 
 
 @dataclass
@@ -129,6 +182,10 @@ class _Named:
 
 
 def _load(model: Any) -> Any:
+    """The ModelProto of a path or proto: weights in external data files
+    (``torch.onnx.export(..., dynamo=True)`` writes ``model.onnx.data``)
+    loaded, local functions inlined. Bad files raise ModelError naming the
+    file and what to do."""
     import onnx
 
     if isinstance(model, (str, os.PathLike)):
@@ -136,12 +193,46 @@ def _load(model: Any) -> Any:
         if not os.path.exists(path):
             raise ModelError(f"from_onnx: no file {path!r}")
         try:
-            return onnx.load(path)
+            proto = onnx.load(path, load_external_data=False)
         except Exception as e:  # noqa: BLE001 - a corrupt file: say which
-            raise ModelError(f"from_onnx: {path!r} is not an ONNX model ({e})") from None
-    if isinstance(model, onnx.ModelProto):
-        return model
-    raise ModelError(f"from_onnx takes a path or an onnx.ModelProto, got {type(model).__name__}")
+            raise ModelError(f"from_onnx: {path!r} is not an ONNX model (truncated, or "
+                             f"another format: {type(e).__name__}); export it again with "
+                             "torch.onnx.export") from None
+        if not proto.graph.node and not proto.graph.input:
+            raise ModelError(f"from_onnx: {path!r} is not an ONNX model (it holds no graph); "
+                             "export it again with torch.onnx.export")
+        _load_external(proto, path)
+    elif isinstance(model, onnx.ModelProto):
+        proto = model
+    else:
+        raise ModelError(f"from_onnx takes a path or an onnx.ModelProto, got "
+                         f"{type(model).__name__}")
+    if proto.functions:
+        from onnx import inliner
+
+        proto = inliner.inline_local_functions(proto)
+    return proto
+
+
+def _load_external(proto: Any, path: str) -> None:
+    """Read the initializers stored outside ``path`` (next to it)."""
+    from onnx import external_data_helper as ext
+
+    base = os.path.dirname(os.path.abspath(path))
+    files = sorted({dict((e.key, e.value) for e in t.external_data).get("location", "")
+                    for t in ext._get_all_tensors(proto) if ext.uses_external_data(t)})
+    for f in files:
+        if not os.path.exists(os.path.join(base, f)):
+            raise ModelError(f"from_onnx: {path!r} keeps its weights in {f!r}, which is "
+                             f"missing from {base!r}; copy it next to the .onnx file (or "
+                             "export with external_data=False)")
+    if files:
+        try:
+            ext.load_external_data_for_model(proto, base)
+        except Exception as e:  # noqa: BLE001 - a short or corrupt data file
+            raise ModelError(f"from_onnx: cannot read the weights of {path!r} from "
+                             f"{', '.join(files)} ({type(e).__name__}: {e}); export the "
+                             "model again") from None
 
 
 def _dims(vi: Any) -> list:
@@ -149,7 +240,7 @@ def _dims(vi: Any) -> list:
             for d in vi.type.tensor_type.shape.dim]
 
 
-def _fold(node: Any, ins: list[np.ndarray], opset: int) -> list[np.ndarray]:
+def fold(node: Any, ins: list[np.ndarray], opset: int) -> list[np.ndarray]:
     """Evaluate a node on constant inputs with ONNX's reference implementation."""
     import onnx
     from onnx import helper
@@ -181,9 +272,12 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
     from onnx import numpy_helper
 
     from ..nn import Model
+    from ..ops import TensorRef
     from .onnx_ops import HANDLERS
 
     proto = _load(model)
+    src = repr(os.fspath(model)) if isinstance(model, (str, os.PathLike)) else \
+        f"ONNX graph {proto.graph.name!r}"
     g = proto.graph
     opset = max([o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")] or [13])
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
@@ -194,19 +288,23 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
     export_batch = dims0[0][0] if dims0[0] and isinstance(dims0[0][0], int) else None
     batch = int(batch_size) if batch_size is not None else export_batch
     if not batch:
-        raise ModelError(f"ONNX input {inputs[0].name!r} has a symbolic batch dim "
-                         f"{dims0[0][:1]}; pass batch_size=...")
+        raise ModelError(f"{src}: ONNX input {inputs[0].name!r} has a symbolic batch dim "
+                         f"{dims0[0][:1]}; pass batch_size=... (--batch-size on the command "
+                         "line)")
     m = Model(batch, seed=seed, name=name or g.name or "onnx")
     imp = Importer(m, g.name, batch, export_batch, dict(consts))
     imp.outputs = {o.name for o in g.output}
+    imp.opset = opset
+    imp.weights = {k for k, v in consts.items() if v.dtype.kind == "f" and v.size > 1}
     for vi, dims in zip(inputs, dims0):
         if len(dims) < 2 or any(not isinstance(d, int) or d < 1 for d in dims[1:]):
-            raise ModelError(f"ONNX input {vi.name!r} has shape {dims}; legionpy needs a "
-                             "batch dim followed by static dims: export with fixed sizes")
+            raise ModelError(f"{src}: ONNX input {vi.name!r} has shape {dims}; legionpy needs "
+                             "a batch dim followed by static dims: export with fixed sizes")
         elem = vi.type.tensor_type.elem_type
         dtype = "int32" if elem in (6, 7) else "float32"  # INT32, INT64: token ids
         imp.names.add(vi.name)
         imp.values[vi.name] = m.input(tuple(dims[1:]), dtype=dtype, name=vi.name)
+    from .onnx_fuse import fuse_layer_norm
     from .onnx_lstm import fuse_erf_gelu
 
     consts_seen = dict(consts)
@@ -214,13 +312,29 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
         if node.op_type == "Constant":
             consts_seen[node.output[0]] = _constant(node)
     poisoned: set[str] = set()
-    for node in fuse_erf_gelu(list(g.node), consts_seen):
+    nodes, imp.ones = fuse_layer_norm(fuse_erf_gelu(list(g.node), consts_seen), consts_seen)
+    for node in nodes:
         if any(i and i in poisoned for i in node.input):  # after an unsupported node
             poisoned.update(node.output)
             if node.op_type not in HANDLERS and node.op_type not in SHAPE_OPS:
                 imp.unsupported.setdefault(node.op_type, []).append((node.name or "?", ""))
             continue
         ins = [imp.values.get(i) if i else None for i in node.input]
+        if ins and node.op_type in INDEX_OPS and isinstance(ins[0], (Indexed, TensorRef)) and \
+                all(isinstance(v, np.ndarray) for v in ins[1:] if v is not None) and \
+                (isinstance(ins[0], Indexed) or _merges_batch(node, ins[0])):
+            x = ins[0]
+            if not isinstance(x, Indexed):
+                x = Indexed(x, np.arange(int(np.prod(x.shape))).reshape(x.shape))
+            try:
+                res = fold(node, [x.index, *ins[1:]], opset)[0]
+                imp.values[node.output[0]] = Indexed(x.base, res)
+                continue
+            except Exception as e:  # noqa: BLE001 - reported with the node below
+                reason = f"index folding failed: {e}"
+                imp.unsupported.setdefault(node.op_type, []).append((node.name or "?", reason))
+                poisoned.update(node.output)
+                continue
         if node.op_type == "Constant":
             imp.values[node.output[0]] = _constant(node)
             continue
@@ -230,8 +344,11 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
         if ins and all(x is None or isinstance(x, np.ndarray) for x in ins) and \
                 any(isinstance(x, np.ndarray) for x in ins):
             try:
-                for o, v in zip(node.output, _fold(node, ins, opset)):
+                for o, v in zip(node.output, fold(node, ins, opset)):
                     imp.values[o] = v
+                    if node.op_type not in MASK_OPS and v.dtype.kind == "f" and \
+                            any(i in imp.weights for i in node.input):
+                        imp.weights.add(o)
                 continue
             except Exception as e:  # noqa: BLE001 - reported with the node below
                 uniform = _uniform_expand(node, ins)
@@ -257,6 +374,14 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
     if imp.unsupported:
         raise UnsupportedOperatorError(_report(g.name, imp.unsupported))
     return _finish(imp, g, add_softmax)
+
+
+def _merges_batch(node: Any, x: Any) -> bool:
+    """A ``Flatten`` whose first axis swallows the batch with other dims."""
+    if node.op_type != "Flatten":
+        return False
+    a = next((a.i for a in node.attribute if a.name == "axis"), 1)
+    return (a + len(x.shape) if a < 0 else a) > 1
 
 
 def _uniform_expand(node: Any, ins: list) -> np.ndarray | None:

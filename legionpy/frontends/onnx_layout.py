@@ -116,6 +116,9 @@ def resolve_target(x: Lay, target, export_batch: int | None) -> list[int]:
     shape, t = x.shape, list(target)
     t = [shape[j] if v == 0 else v for j, v in enumerate(t)]
     n = x.size[x.batch]
+    if export_batch and export_batch != n and t and t[0] == export_batch and \
+            x.shape[0] == n and x.batch in x.groups[0]:
+        t[0] = n  # the batch, as a number baked in at export (dynamo's views)
     known = math.prod(v for v in t if v != -1)
     fits = math.prod(shape) % known == 0 if -1 in t else known == math.prod(shape)
     if export_batch and export_batch != n and not fits:  # computed from the real shape: keep

@@ -51,7 +51,7 @@ def set_param(ref_or_ops: Any, pname: str, value: np.ndarray) -> None:
         op.params[pname] = p
 
 
-def _axis(a: int, ndim: int) -> int:
+def norm_axis(a: int, ndim: int) -> int:
     return a + ndim if a < 0 else a
 
 
@@ -61,6 +61,18 @@ def _sym_pads(pads: list, what: str) -> tuple[int, int]:
     if len(pads) != 4 or pads[0] != pads[2] or pads[1] != pads[3]:
         raise Unsupported(f"{what}: asymmetric pads {pads}")
     return pads[0], pads[1]
+
+
+def _pads_first(imp, node, x, pads, value=0.0):
+    """``(x, symmetric pads)``: asymmetric ONNX pads become a ``pad`` op
+    before the layer (which then pads by the smaller side)."""
+    if not pads or (len(pads) == 4 and pads[0] == pads[2] and pads[1] == pads[3]):
+        return x, _sym_pads(pads, node.op_type)
+    if len(pads) != 4:
+        raise Unsupported(f"pads {pads}")
+    ph, pw = min(pads[0], pads[2]), min(pads[1], pads[3])
+    extra = [(0, 0), (0, 0), (pads[0] - ph, pads[2] - ph), (pads[1] - pw, pads[3] - pw)]
+    return imp.model.pad(x, extra, value, name=imp.name(node, ".pad")), (ph, pw)
 
 
 # -- convolution, pooling, normalisation ----------------------------------------------
@@ -75,9 +87,10 @@ def _conv(imp, node, ins):
     if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
         raise Unsupported("auto_pad")
     b = imp.const(node.input[2], "Conv bias") if len(node.input) > 2 and node.input[2] else None
+    x, pads = _pads_first(imp, node, x, a.get("pads"))
     t = imp.model.conv2d(x, w.shape[0], tuple(w.shape[2:]), stride=tuple(a.get("strides",
                                                                                [1, 1])),
-                         padding=_sym_pads(a.get("pads"), "Conv"), groups=a.get("group", 1),
+                         padding=pads, groups=a.get("group", 1),
                          bias=b is not None, name=imp.name(node))
     set_param(t, "weight", w)
     if b is not None:
@@ -88,12 +101,22 @@ def _conv(imp, node, ins):
 @handles("MaxPool", "AveragePool")
 def _pool(imp, node, ins):
     a, x = attrs(node), imp.act(node.input[0])
-    if a.get("ceil_mode", 0) or any(d != 1 for d in a.get("dilations", [1, 1])):
-        raise Unsupported("ceil_mode or dilations")
-    pads = _sym_pads(a.get("pads"), node.op_type)
+    if any(d != 1 for d in a.get("dilations", [1, 1])):
+        raise Unsupported(f"dilations {a['dilations']}")
     avg = node.op_type == "AveragePool"
-    if avg and any(pads) and a.get("count_include_pad", 0):
+    p = a.get("pads")
+    if avg and p and any(p) and a.get("count_include_pad", 0):
         raise Unsupported("count_include_pad=1 with padding")
+    if avg and p and any(p) and not (p[0] == p[2] and p[1] == p[3]):
+        raise Unsupported(f"asymmetric pads {p} of an average pool")
+    x, pads = _pads_first(imp, node, x, p, float(np.finfo(np.float32).min))
+    if a.get("ceil_mode", 0):
+        if avg:
+            raise Unsupported("ceil_mode of an average pool")
+        from .onnx_math import ceil_pad
+
+        x = ceil_pad(imp.model, x, a["kernel_shape"], a.get("strides", [1, 1]), pads,
+                     imp.name(node, ".ceil"))
     if len(node.output) > 1 and node.output[1]:
         raise Unsupported("MaxPool indices output")
     return [imp.model.pool2d(x, tuple(a["kernel_shape"]), tuple(a.get("strides", [1, 1])),
@@ -127,19 +150,22 @@ def _bn(imp, node, ins):
 @handles("LayerNormalization")
 def _ln(imp, node, ins):
     a, x = attrs(node), imp.lay(node.input[0])
-    if _axis(a.get("axis", -1), x.ndim) != x.ndim - 1:
+    if norm_axis(a.get("axis", -1), x.ndim) != x.ndim - 1:
         raise Unsupported(f"axis {a.get('axis')} (only the last dim)")
     x = L.as_last_dim(imp, node, x)
     t = imp.model.layer_norm(x.base, eps=a.get("epsilon", 1e-5), name=imp.name(node))
-    set_param(t, "gamma", imp.const(node.input[1], "LayerNormalization scale"))
+    d = x.shape[-1]
+    gamma = np.ones(d, np.float32) if node.input[1] in imp.ones else \
+        imp.const(node.input[1], "LayerNormalization scale")
+    set_param(t, "gamma", np.broadcast_to(gamma.reshape(-1), (d,)))
     beta = imp.const(node.input[2], "B") if len(node.input) > 2 and node.input[2] else \
         np.zeros(x.shape[-1], np.float32)
-    set_param(t, "beta", beta)
+    set_param(t, "beta", np.broadcast_to(beta.reshape(-1), (d,)))
     return [L.value(L.relayout(x, t))]
 
 
 # -- dense ----------------------------------------------------------------------------
-def _dense(imp, node, v, units, bias):
+def dense_last(imp, node, v, units, bias):
     """A dense layer over the last ONNX axis of value ``v`` (any layout)."""
     x = L.as_last_dim(imp, node, L.lay(v))
     t = imp.model.dense(x.base, units, bias=bias, name=imp.name(node))
@@ -157,7 +183,7 @@ def _gemm(imp, node, ins):
         if len(node.input) > 2 and node.input[2] else None
     if c is not None and c.size not in (1, w.shape[1]):
         raise Unsupported(f"C of shape {c.shape}")
-    t, out = _dense(imp, node, v, w.shape[1], c is not None)
+    t, out = dense_last(imp, node, v, w.shape[1], c is not None)
     set_param(t, "weight", w)
     if c is not None:
         set_param(t, "bias", np.broadcast_to(c.reshape(-1), (w.shape[1],)))
@@ -170,7 +196,7 @@ def _matmul(imp, node, ins):
     if isinstance(b, np.ndarray):
         if b.ndim != 2:
             raise Unsupported("a constant right operand that is not 2-D")
-        t, out = _dense(imp, node, imp.lay(node.input[0]), b.shape[1], False)
+        t, out = dense_last(imp, node, imp.lay(node.input[0]), b.shape[1], False)
         set_param(t, "weight", b)
         return [L.value(out)]
     a, b = imp.lay(node.input[0]), imp.lay(node.input[1])
@@ -189,10 +215,10 @@ def _matmul(imp, node, ins):
 @handles("Relu", "Tanh", "Sigmoid")
 def _unary(imp, node, ins):
     f = {"Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid"}[node.op_type]
-    return [_elementwise(imp, node, lambda r: getattr(imp.model, f)(r, name=imp.name(node)))]
+    return [elementwise(imp, node, lambda r: getattr(imp.model, f)(r, name=imp.name(node)))]
 
 
-def _elementwise(imp, node, fn):
+def elementwise(imp, node, fn):
     """``fn`` on the base of input 0 (any layout; the layout is kept)."""
     x = imp.lay(node.input[0])
     return L.value(L.relayout(x, fn(x.base)))
@@ -202,7 +228,7 @@ def _elementwise(imp, node, fn):
 def _gelu(imp, node, ins):
     appr = attrs(node).get("approximate", b"none")
     appr = appr.decode() if isinstance(appr, bytes) else appr
-    return [_elementwise(imp, node, lambda r: imp.model.gelu(r, approximate=appr,
+    return [elementwise(imp, node, lambda r: imp.model.gelu(r, approximate=appr,
                                                              name=imp.name(node)))]
 
 
@@ -216,10 +242,13 @@ def _cast(imp, node, ins):
     to = attrs(node)["to"]
     x = ins[0]
     floats, ints = (1, 10, 11, 16), (6, 7)  # FLOAT, FLOAT16, DOUBLE, BFLOAT16; INT32, INT64
-    kind = floats if getattr(x, "dtype", "float32").startswith("float") else ints
-    if to not in kind:
-        raise Unsupported(f"a cast between float and integer tensors (to={to})")
-    return [x]
+    if to not in floats + ints + (9,):  # and BOOL (a mask)
+        raise Unsupported(f"a cast to ONNX type {to}")
+    is_float = str(getattr(x, "dtype", "float32")).startswith("float")
+    if is_float == (to in floats) or (to == 9 and is_float):
+        return [x]  # to BOOL: masks hold 0/1, kept as floats
+    x = imp.act(node.input[0], "Cast input")
+    return [imp.model.cast(x, "int32" if to in ints else "float32", name=imp.name(node))]
 
 
 @handles("Dropout")
@@ -231,7 +260,7 @@ def _dropout(imp, node, ins):
         raise Unsupported("the mask output")
     if rate <= 0:
         return [ins[0]]
-    return [_elementwise(imp, node, lambda r: imp.model.dropout(r, rate, name=imp.name(node)))]
+    return [elementwise(imp, node, lambda r: imp.model.dropout(r, rate, name=imp.name(node)))]
 
 
 def _const_operand(imp, node, ins):
@@ -245,7 +274,9 @@ def _const_operand(imp, node, ins):
 
 def _bias(imp, node, x, c):
     """``x + c`` for a constant broadcast over x's leading axes (any layout)."""
-    c = np.asarray(c, np.float32)
+    from .onnx_math import drop_batch
+
+    c = drop_batch(np.asarray(c, np.float32), x.ndim)
     while c.ndim > 1 and c.shape[0] == 1:
         c = c[0]
     k = c.ndim
@@ -263,30 +294,47 @@ def _bias(imp, node, x, c):
 
 @handles("Add", "Sub")
 def _add(imp, node, ins):
+    from .onnx_math import binary, fixed
+
     x, c, first = _const_operand(imp, node, ins)
     sub = node.op_type == "Sub"
+    fn = "sub" if sub else "add"
     if x is None:
-        a, b = _pair(imp, node)
+        try:
+            a, b = _pair(imp, node)
+        except Unsupported:  # shapes that broadcast
+            return [binary(imp, node, ins, fn)]
         if sub:
             b = imp.model.scale(b, -1.0, name=imp.name(node, ".neg"))
         return [L.value(L.relayout(a, imp.model.add(a.base, b, name=imp.name(node))))]
-    if sub and first:
-        raise Unsupported("a constant minus an activation")
-    return [_bias(imp, node, x, -c if sub else c)]
+    cname = node.input[0 if first else 1]
+    if (sub and first) or c.size == 1 or fixed(imp, cname, c):
+        return [binary(imp, node, ins, fn)]
+    try:
+        return [_bias(imp, node, x, -c if sub else c)]
+    except Unsupported:
+        return [binary(imp, node, ins, fn)]
 
 
 @handles("Mul", "Div")
 def _mul(imp, node, ins):
+    from .onnx_math import binary
+
     x, c, first = _const_operand(imp, node, ins)
+    fn = "div" if node.op_type == "Div" else "mul"
     if x is None:
-        if node.op_type == "Div":
-            raise Unsupported("division of two activations")
-        a, b = _pair(imp, node)
-        return [L.value(L.relayout(a, imp.model.multiply(a.base, b, name=imp.name(node))))]
-    if c.size != 1 or (first and node.op_type == "Div"):
-        raise Unsupported("only a scalar constant factor")
+        if fn == "mul":
+            try:
+                a, b = _pair(imp, node)
+                return [L.value(L.relayout(a, imp.model.multiply(a.base, b,
+                                                                 name=imp.name(node))))]
+            except Unsupported:
+                pass
+        return [binary(imp, node, ins, fn)]
+    if c.size != 1 or (first and fn == "div"):
+        return [binary(imp, node, ins, fn)]
     alpha = float(c.reshape(-1)[0])
-    alpha = 1.0 / alpha if node.op_type == "Div" else alpha
+    alpha = 1.0 / alpha if fn == "div" else alpha
     return [L.value(L.relayout(x, imp.model.scale(x.base, alpha, name=imp.name(node))))]
 
 
@@ -305,7 +353,7 @@ def _pair(imp, node):
 @handles("Softmax")
 def _softmax(imp, node, ins):
     x = imp.lay(node.input[0])
-    ax = _axis(attrs(node).get("axis", -1), x.ndim)
+    ax = norm_axis(attrs(node).get("axis", -1), x.ndim)
     if ax != x.ndim - 1:
         raise Unsupported(f"axis {ax} (only the last dim)")
     last = node.output[0] in imp.outputs
@@ -317,7 +365,7 @@ def _softmax(imp, node, ins):
 @handles("Flatten")
 def _flatten(imp, node, ins):
     x = imp.act(node.input[0])
-    if _axis(attrs(node).get("axis", 1), x.ndim) != 1:
+    if norm_axis(attrs(node).get("axis", 1), x.ndim) != 1:
         raise Unsupported("axis other than 1")
     return [x if x.ndim == 2 and x.view is None else imp.model.flat(x, name=imp.name(node))]
 
@@ -340,7 +388,7 @@ def _axes(imp, node, ins, ndim):
     a = attrs(node).get("axes")
     if a is None and len(node.input) > 1 and node.input[1]:
         a = imp.const(node.input[1], "axes")
-    return sorted(_axis(int(v), ndim) for v in (a if a is not None else []))
+    return sorted(norm_axis(int(v), ndim) for v in (a if a is not None else []))
 
 
 @handles("Squeeze")
@@ -395,20 +443,20 @@ def _seq_to_batch(imp, node, items):
 def _concat(imp, node, ins):
     ax = attrs(node)["axis"]
     if all(isinstance(v, Stack) for v in ins):
-        if _axis(ax, len(ins[0].shape)) != 0 or len({v.unit for v in ins}) != 1:
+        if norm_axis(ax, len(ins[0].shape)) != 0 or len({v.unit for v in ins}) != 1:
             raise Unsupported("concatenating time-major tensors along a non-leading axis")
         return [Stack([r for v in ins for r in v.items], ins[0].unit)]
     xs = [imp.act(n) for n in node.input]
-    ax = _axis(ax, xs[0].ndim)
+    ax = norm_axis(ax, xs[0].ndim)
     if ax == 0:
         raise Unsupported("concatenating along the batch dim")
     return [imp.model.concat(xs, axis=ax, name=imp.name(node))]
 
 
 @handles("Split")
-def _split(imp, node, ins):
+def split_node(imp, node, ins):
     a, x = attrs(node), imp.lay(node.input[0])
-    ax = _axis(a.get("axis", 0), x.ndim)
+    ax = norm_axis(a.get("axis", 0), x.ndim)
     sizes = a.get("split")
     if sizes is None and len(node.input) > 1 and node.input[1]:
         sizes = imp.const(node.input[1], "split")
@@ -438,7 +486,7 @@ def _slice(imp, node, ins):
         else np.ones(len(starts), np.int64)
     if len(axes) != 1 or int(steps[0]) != 1:
         raise Unsupported("more than one axis, or a step other than 1")
-    ax, n = _axis(int(axes[0]), ndim), v.shape[_axis(int(axes[0]), ndim)]
+    ax, n = norm_axis(int(axes[0]), ndim), v.shape[norm_axis(int(axes[0]), ndim)]
     lo, hi = (int(np.clip(s + n if s < 0 else s, 0, n)) for s in (int(starts[0]), int(ends[0])))
     if isinstance(v, Stack):
         if ax != 0:
@@ -460,15 +508,17 @@ def _gather(imp, node, ins):
         return [t]
     i = imp.const(node.input[1], "Gather indices")
     if i.ndim != 0:
-        raise Unsupported("non-scalar indices into an activation")
+        from .onnx_math import index_map
+
+        return [index_map(imp, node, ins)]
     if isinstance(data, Stack):
-        if _axis(ax, len(data.shape)) != 0:
+        if norm_axis(ax, len(data.shape)) != 0:
             raise Unsupported("gathering a non-leading axis of a time-major tensor")
         return [data.items[int(i)]]
     x = imp.lay(node.input[0])
-    ax = _axis(ax, x.ndim)
+    ax = norm_axis(ax, x.ndim)
     k = int(i) % x.shape[ax]
     return [L.value(L.take(imp, node, x, ax, k, k + 1, keep=False))]
 
 
-from . import onnx_lstm  # noqa: E402,F401  (registers LSTM and the erf GELU pattern)
+from . import onnx_lstm, onnx_math  # noqa: E402,F401  (LSTM, erf GELU; math, masks)

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..ops import TensorRef
 from .onnx_import import Stack, Unsupported
+from .onnx_math import ceil_pad
 
 __all__ = ["calls", "module_handler"]
 
@@ -97,20 +98,34 @@ def _activation(kind):
 
 
 def _pool(ctx, node, mod):
-    if getattr(mod, "ceil_mode", False) or getattr(mod, "dilation", 1) not in (1, (1, 1)):
-        raise Unsupported("ceil_mode or dilation")
+    if getattr(mod, "dilation", 1) not in (1, (1, 1)):
+        raise Unsupported("dilation")
     avg = type(mod).__name__ == "AvgPool2d"
     if avg and mod.padding and mod.count_include_pad:
         raise Unsupported("count_include_pad=True with padding")
-    return ctx.model.pool2d(_act(ctx, node.args[0]), mod.kernel_size, mod.stride, mod.padding,
-                            "avg" if avg else "max", name=ctx.name(node))
+    x = _act(ctx, node.args[0])
+    k, s, p = (v if isinstance(v, tuple) else (v, v) for v in
+               (mod.kernel_size, mod.stride or mod.kernel_size, mod.padding))
+    if getattr(mod, "ceil_mode", False):
+        if avg:
+            raise Unsupported("ceil_mode of an average pool")
+        x = ceil_pad(ctx.model, x, k, s, p, ctx.name(node, ".ceil"))
+    return ctx.model.pool2d(x, k, s, p, "avg" if avg else "max", name=ctx.name(node))
 
 
 def _adaptive(ctx, node, mod):
-    x = _act(ctx, node.args[0])
-    size = mod.output_size if isinstance(mod.output_size, tuple) else (mod.output_size,) * 2
+    return _adaptive_to(ctx, node, _act(ctx, node.args[0]), mod.output_size)
+
+
+def _adaptive_fn(ctx, node):
+    size = node.args[1] if len(node.args) > 1 else node.kwargs["output_size"]
+    return _adaptive_to(ctx, node, _act(ctx, node.args[0]), size)
+
+
+def _adaptive_to(ctx, node, x, size):
+    size = tuple(size) if isinstance(size, (tuple, list)) else (size,) * 2
     if tuple(size) != (1, 1):
-        raise Unsupported(f"output_size {mod.output_size} (only 1)")
+        raise Unsupported(f"output_size {size} (only 1)")
     return ctx.model.pool2d(x, x.shape[2:], 1, 0, "avg", name=ctx.name(node))
 
 
@@ -245,7 +260,30 @@ def _encoder(ctx, node, mod):
     return x
 
 
+def _unary_mod(fn, **kw):
+    def h(ctx, node, mod):
+        params = {k: (getattr(mod, a) if isinstance(a, str) else a) for k, a in kw.items()}
+        return ctx.model.unary(_act(ctx, node.args[0]), fn, name=ctx.name(node), **params)
+    return h
+
+
+def _ln2d(ctx, node, mod):
+    """torchvision's LayerNorm2d (ConvNeXt): layer_norm over channels of NCHW."""
+    x = ctx.model.transpose(_act(ctx, node.args[0]), (0, 2, 3, 1), name=ctx.name(node, ".nhwc"))
+    t = ctx.model.layer_norm(x, eps=mod.eps, name=ctx.name(node))
+    ctx.param(t, "gamma", f"{node.target}.weight")
+    ctx.param(t, "beta", f"{node.target}.bias")
+    return ctx.model.transpose(t, (0, 3, 1, 2), name=ctx.name(node, ".nchw"))
+
+
 _MODULES = {
+    "LayerNorm2d": _ln2d,
+    "ReLU6": _unary_mod("clip", min=0.0, max=6.0), "SiLU": _unary_mod("silu"),
+    "Hardswish": _unary_mod("hardswish"), "Mish": _unary_mod("mish"),
+    "Hardsigmoid": _unary_mod("hardsigmoid", alpha=1 / 6, beta=0.5),
+    "LeakyReLU": _unary_mod("leaky_relu", alpha="negative_slope"),
+    "ELU": _unary_mod("elu", alpha="alpha"), "Softplus": _unary_mod("softplus"),
+    "AdaptiveAvgPool1d": lambda ctx, node, mod: _reduce_to(ctx, node, mod.output_size, 1),
     "Conv2d": _conv, "Linear": _linear, "BatchNorm1d": _bn, "BatchNorm2d": _bn,
     "LayerNorm": _ln, "Embedding": _embedding, "ReLU": _activation("relu"),
     "GELU": _activation("gelu"), "Tanh": _activation("tanh"),
@@ -267,8 +305,10 @@ def _binary(kind):
         a, b = ctx.arg(node.args[0]), ctx.arg(node.args[1])
         m = ctx.model
         if isinstance(a, TensorRef) and isinstance(b, TensorRef):
-            if a.shape != b.shape:
-                raise Unsupported(f"broadcasting {a.shape} and {b.shape}")
+            if a.shape != b.shape or kind in ("sub", "div"):
+                if a.ndim != b.ndim:
+                    raise Unsupported(f"broadcasting {a.shape} and {b.shape} (ranks differ)")
+                return m.binary(a, b, kind, name=ctx.name(node))
             return (m.add if kind == "add" else m.multiply)(a, b, name=ctx.name(node))
         x, c = (a, b) if isinstance(a, TensorRef) else (b, a)
         if not isinstance(x, TensorRef):
@@ -290,8 +330,82 @@ def _binary(kind):
                     raise Unsupported("a constant that is not a module attribute")
                 ctx.param(t, "bias", src.target, lambda v, k=c.ndim: v.reshape(v.shape[-k:]))
                 return t
-        raise Unsupported(f"{kind} with a constant of shape {c.shape}")
+        nd = x.ndim
+        if c.ndim > nd or (c.ndim == nd and c.shape[0] != 1):
+            raise Unsupported(f"{kind} with a constant of shape {c.shape}")
+        return m.binary(a if x is a else c, b if x is b else c, kind, name=ctx.name(node))
     return h
+
+
+def _unary_call(fn, **params):
+    def h(ctx, node):
+        return ctx.model.unary(_act(ctx, node.args[0]), fn, name=ctx.name(node), **params)
+    return h
+
+
+def _reduce_to(ctx, node, size, nd):
+    x = _act(ctx, node.args[0])
+    if size not in (1, (1,)):
+        raise Unsupported(f"output_size {size} (only 1)")
+    return ctx.model.reduce(x, list(range(x.ndim - nd, x.ndim)), "mean", name=ctx.name(node))
+
+
+def _mean(ctx, node):
+    x = _act(ctx, node.args[0])
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    if dim is None:
+        raise Unsupported("a mean over every dim, the batch included")
+    dims = [d % x.ndim for d in (dim if isinstance(dim, (tuple, list)) else (dim,))]
+    if 0 in dims:
+        raise Unsupported("a mean over the batch dim")
+    return ctx.model.reduce(x, dims, "mean", keepdims=bool(keep), name=ctx.name(node))
+
+
+def _chunk(ctx, node):
+    x = _act(ctx, node.args[0])
+    k = node.args[1] if len(node.args) > 1 else node.kwargs["chunks"]
+    dim = (node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)) % x.ndim
+    if dim == 0:
+        raise Unsupported("chunks of the batch dim")
+    n = x.shape[dim]
+    step = -(-n // k)
+    return tuple(ctx.model.slice(x, dim, lo, min(lo + step, n), name=ctx.name(node, f".{i}"))
+                 for i, lo in enumerate(range(0, n, step)))
+
+
+def _layer_norm_fn(ctx, node):
+    x = _act(ctx, node.args[0])
+    shape = node.args[1]
+    w = node.args[2] if len(node.args) > 2 else node.kwargs.get("weight")
+    b = node.args[3] if len(node.args) > 3 else node.kwargs.get("bias")
+    eps = node.args[4] if len(node.args) > 4 else node.kwargs.get("eps", 1e-5)
+    if tuple(shape) != (x.shape[-1],):
+        raise Unsupported("normalisation over more than the last dim")
+    t = ctx.model.layer_norm(x, eps=eps, name=ctx.name(node))
+    for pname, src in (("gamma", w), ("beta", b)):
+        if src is not None:
+            if getattr(src, "op", "") != "get_attr":
+                raise Unsupported(f"a layer_norm {pname} that is not a module attribute")
+            ctx.param(t, pname, src.target)
+    return t
+
+
+def _stochastic_depth(ctx, node):
+    """torchvision's stochastic depth: the identity in eval mode (as imported)."""
+    args = list(node.args) + [None] * 4
+    p = args[1] if args[1] is not None else node.kwargs.get("p", 0.0)
+    training = args[3] if args[3] is not None else node.kwargs.get("training", True)
+    if p and training:
+        raise Unsupported("stochastic depth in training mode (import the module in eval mode)")
+    return _act(ctx, node.args[0])
+
+
+def _getattr(ctx, node):
+    v, what = ctx.arg(node.args[0]), node.args[1]
+    if what == "shape" and isinstance(v, TensorRef):
+        return (ctx.batch,) + tuple(v.shape[1:])
+    raise Unsupported(f"attribute {what!r}")
 
 
 def _unary_fn(kind):
@@ -335,7 +449,7 @@ def _reshape_m(ctx, node):
 
 def _permute(ctx, node):
     x = _act(ctx, node.args[0])
-    if node.target == "transpose":
+    if getattr(node.target, "__name__", node.target) == "transpose":
         a, b = (d % x.ndim for d in node.args[1:3])
         perm = list(range(x.ndim))
         perm[a], perm[b] = b, a
@@ -410,6 +524,10 @@ def _calls() -> dict:
     import torch
     import torch.nn.functional as F
 
+    try:
+        from torchvision.ops import stochastic_depth
+    except ImportError:  # pragma: no cover - torchvision is optional
+        stochastic_depth = None
     c = {operator.add: _binary("add"), torch.add: _binary("add"),
          operator.mul: _binary("mul"), torch.mul: _binary("mul"),
          operator.truediv: _binary("div"), operator.getitem: _getitem,
@@ -420,7 +538,18 @@ def _calls() -> dict:
          ".view": _reshape_m, ".reshape": _reshape_m, ".permute": _permute,
          ".transpose": _permute, ".contiguous": _identity, ".relu": _unary_fn("relu"),
          ".softmax": _softmax_fn, ".size": _size, ".flatten": _flatten_fn,
-         ".tanh": _unary_fn("tanh"), ".sigmoid": _unary_fn("sigmoid")}
+         ".tanh": _unary_fn("tanh"), ".sigmoid": _unary_fn("sigmoid"),
+         operator.sub: _binary("sub"), torch.sub: _binary("sub"), torch.div: _binary("div"),
+         F.relu6: _unary_call("clip", min=0.0, max=6.0), F.silu: _unary_call("silu"),
+         F.hardswish: _unary_call("hardswish"), F.mish: _unary_call("mish"),
+         F.hardsigmoid: _unary_call("hardsigmoid", alpha=1 / 6, beta=0.5),
+         torch.exp: _unary_call("exp"), torch.sqrt: _unary_call("sqrt"),
+         torch.rsqrt: _unary_call("rsqrt"), torch.erf: _unary_call("erf"),
+         torch.mean: _mean, ".mean": _mean, F.adaptive_avg_pool2d: _adaptive_fn,
+         torch.transpose: _permute, torch.permute: _permute, torch.chunk: _chunk,
+         ".chunk": _chunk, getattr: _getattr, F.layer_norm: _layer_norm_fn}
+    if stochastic_depth is not None:
+        c[stochastic_depth] = _stochastic_depth
     return c
 
 

@@ -162,6 +162,9 @@ def from_torch(module: Any, example_input: Any, batch_size: int | None = None, s
             else:
                 key = node.target if node.op == "call_function" else f".{node.target}"
                 h = calls().get(key)
+                if h is None and node.op == "call_function" and _plain(ctx, node):
+                    ctx.values[node] = node.target(*ctx.arg(node.args), **node.kwargs)
+                    continue
                 if h is None:
                     raise Unsupported("")
                 ctx.values[node] = h(ctx, node)
@@ -184,6 +187,16 @@ def from_torch(module: Any, example_input: Any, batch_size: int | None = None, s
     m.outputs = res
     m.imported = ctx.imported
     return m
+
+
+def _plain(ctx: Any, node: Any) -> bool:
+    """Whether a call's arguments are plain Python values (shape arithmetic
+    such as ``channels // groups``): it is evaluated as it stands."""
+    def plain(v):
+        if isinstance(v, (tuple, list)):
+            return all(plain(x) for x in v)
+        return isinstance(v, (int, float, bool, str)) or v is None
+    return plain(ctx.arg(node.args)) and plain(tuple(node.kwargs.values()))
 
 
 def _attr(module: Any, target: str) -> Any:

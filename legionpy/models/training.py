@@ -76,7 +76,7 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
           log: Callable[[int, float], None] | None = None,
           predict: Callable[..., dict] | None = None, checkpoint: str | None = None,
           checkpoint_every: int | None = None, progress: bool = False,
-          **sizes: Any) -> dict[str, Any]:
+          sync: str | None = None, **sizes: Any) -> dict[str, Any]:
     """Train zoo model ``name`` for ``steps`` steps; see the module docstring.
     ``log(step, loss)`` is called after every step (on every rank).
     ``predict(model, measured seconds per step, background cores) -> dict``:
@@ -89,7 +89,9 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     and save to it every ``checkpoint_every`` steps, at the end and on
     Ctrl-C (which raises :class:`~legionpy.errors.Interrupted` after the
     step in flight). ``progress``: a tqdm bar on rank 0 (when stderr is a
-    terminal)."""
+    terminal). ``sync``: gradient synchronisation, ``"shards"`` or
+    ``"collective"`` (None: ``LEGIONPY_SYNC``, else shards; README "Many
+    processes / collectives")."""
     import os
 
     from .. import data as D
@@ -101,7 +103,7 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     b = model.batch_size
     xs, y = D.for_model(model, steps * b, seed=seed, text=text)
     model.compile(optimizer=optimizer or default_optimizer(name),
-                  loss="sparse_categorical_crossentropy", strategy=strategy)
+                  loss="sparse_categorical_crossentropy", strategy=strategy, sync=sync)
     if checkpoint is not None and os.path.exists(checkpoint):
         model.load(checkpoint)
     start = model.step
@@ -190,4 +192,5 @@ def train_from_args(name: str, args: Any, log: Callable[[int, float], None] | No
                  scale=args.scale, text=args.text, seed=args.seed, optimizer=opt, log=log,
                  checkpoint=getattr(args, "checkpoint", None),
                  checkpoint_every=getattr(args, "checkpoint_every", None),
-                 predict=predict, progress=progress, **parse_sizes(args.size))
+                 predict=predict, progress=progress, sync=getattr(args, "sync", None),
+                 **parse_sizes(args.size))

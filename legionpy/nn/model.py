@@ -38,7 +38,8 @@ __all__ = ["Model", "History", "LAYERS"]
 LAYERS = ("input", "conv2d", "pool2d", "dense", "flat", "reshape", "relu", "sigmoid", "tanh",
           "gelu", "batch_norm", "dropout", "concat", "add", "multiply", "softmax", "embedding",
           "batch_matmul", "lstm", "attention", "layer_norm", "transpose", "slice", "scale",
-          "add_bias", "positional_encoding", "multihead_attention")
+          "add_bias", "positional_encoding", "multihead_attention", "unary", "binary",
+          "reduce", "pad", "cast", "gather")
 _ids = itertools.count()
 
 
@@ -90,10 +91,14 @@ class Model:
 
     # -- compile ----------------------------------------------------------------------
     def compile(self, optimizer: Any = None, loss: str = "sparse_categorical_crossentropy",
-                metrics: Any = (), strategy: Any = "data", machine: Any = None) -> Model:
+                metrics: Any = (), strategy: Any = "data", machine: Any = None,
+                sync: str | None = None) -> Model:
         """Fix optimizer, loss, metrics and strategy ("data" | "model" | "owt" |
         "search" | Strategy | JSON path) for ``machine`` (default: this runtime's
-        devices, ``Machine.local``). Creates the regions and initial parameters."""
+        devices, ``Machine.local``). Creates the regions and initial parameters.
+        ``sync``: gradient synchronisation, ``"shards"`` or ``"collective"``
+        (default: the strategy's ``sync``, else ``LEGIONPY_SYNC``, else
+        shards; README "Many processes / collectives")."""
         from .. import runtime as lr
 
         if not self.graph.ops:
@@ -109,9 +114,9 @@ class Model:
                 self.strategy[last.name].degrees[-1] > 1:
             raise ModelError(f"metrics {self.metrics} need whole output rows but the strategy "
                              f"splits the last dim of {last.name!r}")
+        # replayed steps run in the machine's simulated order
         self._ex = Executor(self.graph, self.strategy, self.optimizer, self.loss, self.metrics,
-                            self.seed, self.id)
-        self._ex.machine = machine  # replayed steps run in its simulated order
+                            self.seed, self.id, sync=sync, machine=machine)
         self._nops = len(self.graph.ops)
         self._step = self._epoch = self._batch = 0
         return self

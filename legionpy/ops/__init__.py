@@ -8,6 +8,7 @@ search and the runtime. Kernels live in :mod:`legionpy.ops.kernels`.
 from __future__ import annotations
 
 from .base import REGISTRY, Operator, Parameter, TensorRef, op_class, register
+from .elementwise import Binary, Cast, Gather, Pad, Reduce, Unary
 from .layers import (
     Add,
     BatchMatmul,
@@ -35,5 +36,6 @@ __all__ = [
     "Add", "BatchMatmul", "BatchNorm", "Concat", "Conv2D", "Dense", "Dropout", "Flat",
     "Gelu", "Input", "Multiply", "Pool2D", "Relu", "Reshape", "Sigmoid", "Softmax",
     "Tanh", "Attention", "Embedding", "LSTMCell", "AddBias", "LayerNorm",
-    "PositionalEncoding", "Scale", "Slice", "Transpose",
+    "PositionalEncoding", "Scale", "Slice", "Transpose", "Unary", "Binary", "Reduce", "Pad",
+    "Cast", "Gather",
 ]

@@ -501,7 +501,7 @@ class _Attention:
             {"w_a": dwa, "w_c": dwc}
 
 
-from . import execute_sequence  # noqa: E402,F401  (registers the sequence ops' kernels)
+from . import execute_elementwise, execute_sequence  # noqa: E402,F401  (their kernels)
 
 EXECUTABLE = tuple(sorted(_KERNELS))
 

@@ -241,6 +241,48 @@ class Graph:
         """``x`` (N, S, D) plus the fixed sinusoidal table (no parameters)."""
         return self._make(O.PositionalEncoding, "positional_encoding", [x], name)
 
+    def unary(self, x, fn: str, name: str | None = None, **params) -> TensorRef:
+        """Element-wise ``fn(x)``: exp, log, sqrt, rsqrt, reciprocal, neg, abs,
+        erf, pow (``exponent``), clip (``min``, ``max``: ReLU6 is 0, 6),
+        hardsigmoid (``alpha``, ``beta``), hardswish, silu, mish, softplus,
+        leaky_relu / elu (``alpha``), sin, cos."""
+        return self._make(O.Unary, "unary", [x], name, fn=fn, **params)
+
+    def binary(self, a, b, fn: str, name: str | None = None, cond=None) -> TensorRef:
+        """``fn(a, b)`` with numpy broadcasting (add, sub, mul, div, pow, max,
+        min, where): ``a`` and ``b`` are activations of one rank, or one of
+        them a fixed numpy constant (no parameter: a mask). ``fn="where"``
+        takes ``a`` where the constant ``cond`` holds, else ``b``."""
+        import numpy as np
+
+        ins, attrs = [v for v in (a, b) if isinstance(v, TensorRef)], {"fn": fn}
+        for i, v in enumerate((a, b)):
+            if not isinstance(v, TensorRef):
+                attrs.update(const=np.asarray(v, np.float32), const_first=i == 0)
+        if cond is not None:
+            attrs["cond"] = np.asarray(cond, bool)
+        return self._make(O.Binary, "binary", ins, name, **attrs)
+
+    def reduce(self, x, axes: Sequence[int], fn: str = "mean", keepdims: bool = True,
+               name: str | None = None) -> TensorRef:
+        """``fn`` (mean, sum, max) of ``x`` over ``axes`` (not the batch dim)."""
+        return self._make(O.Reduce, "reduce", [x], name, fn=fn, axes=tuple(axes),
+                          keepdims=bool(keepdims))
+
+    def pad(self, x, pads: Sequence[tuple[int, int]], value: float = 0.0,
+            name: str | None = None) -> TensorRef:
+        """Pad every dim ``d`` by ``pads[d] = (before, after)`` with ``value``."""
+        return self._make(O.Pad, "pad", [x], name, pads=tuple(tuple(p) for p in pads),
+                          value=float(value))
+
+    def cast(self, x, to: str = "float32", name: str | None = None) -> TensorRef:
+        """``x`` as dtype ``to`` (float32 or int32)."""
+        return self._make(O.Cast, "cast", [x], name, to=str(to))
+
+    def gather(self, x, index, name: str | None = None) -> TensorRef:
+        """``y[n, p...] = x[n].flat[index[p...]]`` for a fixed int array ``index``."""
+        return self._make(O.Gather, "gather", [x], name, index=index)
+
     def multihead_attention(self, x, heads: int, causal: bool = False,
                             name: str = "mha") -> TensorRef:
         """Multi-head self-attention of ``x`` (N, S, D) as PyTorch computes it:

@@ -244,6 +244,10 @@ class Runtime:
                target: Device | None) -> Future:
         """One point: ``reqs`` its requirements (from ``rargs``), ``futs`` the
         positions / keywords of its Future arguments (None if none)."""
+        if options.kind == "collective":
+            from .collectives import launch_point
+
+            return launch_point(self, task, op_id, args, kwargs, rargs, reqs, options)
         name = options.name or task.name
         mapper = self.mapper
         mt = None
@@ -311,10 +315,13 @@ class Runtime:
         return Future(op, self.sched)
 
     def _analyze(self, op_id: int, reqs: list, rargs: list, dev: Device, mems: Any,
-                 dep_ops: list, task: TaskFunction) -> tuple[list, list, set]:
+                 dep_ops: list, task: TaskFunction, spread: bool = False
+                 ) -> tuple[list, list, set]:
         """Dependences + coherence of one point; appends the unfinished ones to
         ``dep_ops``; returns (views: ``(pos, region, fieldspecs)`` for
-        body.build_view, prologues, all dependence ids)."""
+        body.build_view, prologues, all dependence ids). ``spread``: the
+        requirements' memories are on several ranks (a collective, see
+        collectives.py): this rank makes the instances of its own only."""
         deps = set(self.analyzer.analyze(op_id, reqs))
         if mems is not None:
             if len(mems) != len(reqs) or any(not -1 <= m < len(self.devices) for m in mems):
@@ -339,6 +346,8 @@ class Runtime:
                 mem = dev.id if mems is None else mems[k]
                 if repl is not None:
                     mem = repl.memory(mem, dev)
+                    if spread:
+                        mine = repl.owns(mem)
                 priv = req.privilege
                 mode, redop = priv.mode, priv.redop
                 for f in req.fields:

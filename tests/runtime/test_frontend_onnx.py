@@ -84,31 +84,31 @@ def test_elementwise_family_matches_onnxruntime(rt1):
 
 def test_unsupported_ops_fail_with_one_error_listing_all():
     g = G.G("bad")
-    t = g.node("Erf", ["x"], name="erf_a")
-    t = g.node("Erf", [t], name="erf_b")
+    t = g.node("Round", ["x"], name="round_a")
+    t = g.node("Round", [t], name="round_b")
     t = g.node("Conv", [t, g.w(2, 3, 3, 3)], name="dilated", kernel_shape=[3, 3],
                dilations=[2, 2])
-    t = g.node("HardSwish", [t], name="hs")
+    t = g.node("Sign", [t], name="sg")
     proto = g.model([("x", G.F, (3, 9, 9))], t)
     with pytest.raises(UnsupportedOperatorError) as e:
         from_onnx(proto, batch_size=2)
     msg = str(e.value)
-    assert "Erf: 2 node(s): erf_a, erf_b" in msg
-    assert "HardSwish: 1 node(s): hs" in msg and "nothing was built" in msg
-    assert "Conv" not in msg.split("supported:")[0]  # its form is not checked after an Erf
+    assert "Round: 2 node(s): round_a, round_b" in msg
+    assert "Sign: 1 node(s): sg" in msg and "nothing was built" in msg
+    assert "Conv" not in msg.split("supported:")[0]  # its form is not checked after a Round
 
 
 def test_unsupported_forms_are_reported_with_their_reason():
     g = G.G("bad_forms")
     a = g.node("Conv", ["x", g.w(2, 3, 3, 3)], name="dilated", kernel_shape=[3, 3],
                dilations=[2, 2])
-    b = g.node("HardSwish", ["x"], name="hs")
+    b = g.node("Sign", ["x"], name="hs")
     c = g.node("Reshape", ["x", g.c([3, -1])], name="batchmove")
     proto = g.model([("x", G.F, (3, 9, 9))], g.node("Concat", [a, b, c], axis=1))
     with pytest.raises(UnsupportedOperatorError) as e:
         from_onnx(proto, batch_size=2)
     msg = str(e.value)
-    for s in ("Conv: 1 node(s): dilated (dilations [2, 2])", "HardSwish: 1 node(s): hs",
+    for s in ("Conv: 1 node(s): dilated (dilations [2, 2])", "Sign: 1 node(s): hs",
               "Reshape: 1 node(s): batchmove (Reshape to [3, 162] of (2, 3, 9, 9) (it splits "
               "the batch dim"):
         assert s in msg
@@ -118,7 +118,7 @@ def test_file_path_symbolic_batch_and_training(tmp_path, rt1):
     proto, shape = G.resnet_like()
     path = tmp_path / "r.onnx"
     onnx.save(proto, str(path))
-    with pytest.raises(lp.errors.ModelError, match="symbolic batch dim"):
+    with pytest.raises(lp.errors.ModelError, match=r"r\.onnx.*symbolic batch dim.*batch_size="):
         from_onnx(str(path))
     m = from_onnx(str(path), batch_size=G.B, add_softmax=True)
     assert m.graph.ops[-1].kind == "softmax"

@@ -1,0 +1,289 @@
+"""Front-end coverage, measured (issue 27): torchvision classifiers and
+``transformers`` models built from configs (no weights are downloaded),
+through both ONNX exporters (``torch.onnx.export(dynamo=True)``, today's
+default, and ``dynamo=False``, the TorchScript one) and through
+:func:`legionpy.frontends.from_torch` (torch.fx).
+
+Per model and path it prints: whether the model imported (or the operators
+missing), the max relative error of ``predict`` against torch in eval mode
+(``max |y - y_torch| / max |y_torch|``), and whether one ``fit`` step
+(SGD, MSE to a random target, dropout off, batch norm on batch statistics
+as in torch's train mode) moves every parameter as torch's gradients do
+(max relative error of the gradients, each legionpy parameter matched to
+the torch parameter holding the same initial values, transposed or not;
+tied weights summed over their uses; each parameter's error relative to its
+largest gradient entry, floored at 1e-3 of the model's largest: gradients
+that vanish in exact arithmetic, such as a batch norm's beta feeding
+another batch norm, are rounding noise in both).
+
+    python bench/frontends.py                    # everything (CPU heavy: minutes)
+    python bench/frontends.py resnet18 gpt2 --paths dynamo --batch 2
+
+Needs torch, torchvision, transformers, onnx, onnxruntime, onnxscript.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+
+import numpy as np
+
+B = 2
+
+
+def vision(name: str, size: int = 64):
+    def build():
+        import torchvision.models as tvm
+
+        kw = {"num_classes": 10}
+        if name == "vit_b_16":
+            kw["image_size"] = 32
+            return tvm.vit_b_16(weights=None, **kw), (3, 32, 32)
+        return getattr(tvm, name)(weights=None, **kw), (3, size, size)
+    return build
+
+
+def gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_layer=2, n_head=4, n_embd=64, vocab_size=128, n_positions=32,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False)
+    return _Logits(GPT2LMHeadModel(cfg)), ("ids", 16, 128)
+
+
+def bert():
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(num_hidden_layers=2, num_attention_heads=4, hidden_size=64,
+                     intermediate_size=128, vocab_size=128, max_position_embeddings=32,
+                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return _Hidden(BertModel(cfg, add_pooling_layer=False)), ("ids", 16, 128)
+
+
+def _wrap(kind):
+    import torch
+
+    class W(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids):
+            out = self.m(input_ids=ids, use_cache=False) if kind == "logits" else \
+                self.m(input_ids=ids)
+            return out.logits if kind == "logits" else out.last_hidden_state
+    return W
+
+
+def _Logits(m):
+    return _wrap("logits")(m)
+
+
+def _Hidden(m):
+    return _wrap("hidden")(m)
+
+
+MODELS = {
+    "resnet18": vision("resnet18"), "resnet50": vision("resnet50"),
+    "mobilenet_v2": vision("mobilenet_v2"), "mobilenet_v3_small": vision("mobilenet_v3_small"),
+    "efficientnet_b0": vision("efficientnet_b0"), "regnet_y_400mf": vision("regnet_y_400mf"),
+    "convnext_tiny": vision("convnext_tiny"), "vit_b_16": vision("vit_b_16"),
+    "densenet121": vision("densenet121"), "squeezenet1_1": vision("squeezenet1_1"),
+    "shufflenet_v2_x0_5": vision("shufflenet_v2_x0_5"),
+    "gpt2": gpt2, "bert": bert,
+}
+PATHS = ("dynamo", "legacy", "fx")
+
+
+def example(spec, n: int, seed: int = 0):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    if spec[0] == "ids":
+        return torch.randint(0, spec[2], (n, spec[1]), generator=g)
+    return torch.randn((n, *spec), generator=g)
+
+
+def export(module, x, path: str, how: str, keep_bn: bool = False) -> None:
+    """``keep_bn``: no optimisation passes (which fold batch norm into the
+    convolutions: a model whose weights are no longer torch's to train)."""
+    import torch
+
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        if how == "dynamo":
+            torch.onnx.export(module, (x,), path, dynamo=True, optimize=not keep_bn)
+        else:
+            torch.onnx.export(module, (x,), path, dynamo=False, opset_version=17,
+                              do_constant_folding=not keep_bn)
+
+
+def _no_dropout(module) -> None:
+    import torch
+
+    for m in module.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+        if hasattr(m, "p") and type(m).__name__ == "StochasticDepth":
+            m.p = 0.0
+
+
+def import_model(module, x, how: str, tmp: str, keep_bn: bool = False):
+    import legionpy as lp
+
+    if how == "fx":
+        return lp.frontends.from_torch(module, x, batch_size=B)
+    path = os.path.join(tmp, f"m_{how}.onnx")
+    export(module, x, path, how, keep_bn)
+    return lp.frontends.from_onnx(path, batch_size=B)
+
+
+def _match(lp_params: dict, torch_params: dict) -> dict:
+    """legionpy name -> (torch name, transposed) by equal initial values."""
+    out = {}
+    for name, v in lp_params.items():
+        for tn, t in torch_params.items():
+            for tr in (False, True):
+                tt = t.T if tr and t.ndim == 2 else t
+                if tt.shape == v.shape and np.allclose(tt, v, rtol=0, atol=0):
+                    out[name] = (tn, tr)
+                    break
+            if name in out:
+                break
+    return out
+
+
+def grad_check(module, model, x, lr: float = 0.1) -> tuple[float, int, int]:
+    """One SGD step on MSE to a random target in both; the max relative
+    error of the implied gradients, and how many parameters were matched."""
+    import torch
+
+    import legionpy as lp
+    from legionpy.optimizer import Machine
+
+    if any(op.kind == "batch_norm" for op in model.graph.ops):
+        module.train()  # batch statistics, as legionpy's fit
+    _no_dropout(module)
+    y0 = module(x)
+    rng = np.random.default_rng(1)
+    target = rng.standard_normal(tuple(y0.shape)).astype(np.float32)
+    model.compile(optimizer=lp.nn.SGD(lr=lr), loss="mse", machine=Machine.local(1))
+    before = model.parameters()
+    tparams = {n: p.detach().numpy().copy() for n, p in module.named_parameters()}
+    pairs = _match(before, tparams)
+    module.zero_grad()
+    loss = torch.nn.functional.mse_loss(module(x), torch.tensor(target))
+    loss.backward()
+    tgrad = {n: p.grad.numpy() if p.grad is not None else np.zeros_like(tparams[n])
+             for n, p in module.named_parameters()}
+    xs = x.numpy().astype(np.int32 if x.dtype == torch.int64 else np.float32)
+    model.fit(xs, target, epochs=1, batch_size=B, verbose=0, shuffle=False)
+    after = model.parameters()
+    grads: dict = {}  # torch name -> summed legionpy gradient (tied weights: every use)
+    for name, (tn, tr) in pairs.items():
+        g = (before[name] - after[name]) / lr
+        grads[tn] = grads.get(tn, 0) + (g.T if tr else g)
+    err = 0.0
+    # floor: gradients that are zero in exact arithmetic (the beta of a batch
+    # norm that feeds a conv + batch norm) are noise on both sides
+    floor = 1e-3 * max(float(np.abs(tgrad[tn]).max()) for tn in grads)
+    for tn, g in grads.items():
+        tg = tgrad[tn]
+        scale = max(float(np.abs(tg).max()), floor, 1e-12)
+        e = float(np.abs(g - tg).max()) / scale
+        if os.environ.get("LEGIONPY_DEBUG") and e > 1e-4:
+            print(f"    gradient of {tn} {tg.shape}: rel err {e:.1e}")
+        err = max(err, e)
+    return err, len(grads), len(tparams)
+
+
+def run_one(name: str, how: str, tmp: str) -> dict:
+    import torch
+
+    import legionpy as lp
+    from legionpy.frontends import UnsupportedOperatorError
+    from legionpy.optimizer import Machine
+
+    torch.manual_seed(0)
+    module, spec = MODELS[name]()
+    module.eval()
+    _no_dropout(module)
+    with torch.no_grad():  # distinct values in every parameter: matched by value below
+        for p in module.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    x = example(spec, B)
+    row = {"model": name, "path": how}
+    t0 = time.perf_counter()
+    try:
+        model = import_model(module, x, how, tmp)
+    except UnsupportedOperatorError as e:
+        lines = [ln for ln in str(e).splitlines()[1:] if ": " in ln and
+                 not ln.startswith("supported")]
+        row["status"] = "missing: " + ", ".join(ln.split(":")[0].strip() for ln in lines)
+        row["detail"] = "; ".join(ln.strip() for ln in lines)
+        return row
+    except Exception as e:  # noqa: BLE001 - reported in the table
+        row["status"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:150]}"
+        if os.environ.get("LEGIONPY_DEBUG"):
+            traceback.print_exc()
+        return row
+    row["import_s"] = time.perf_counter() - t0
+    row["status"] = "imported"
+    try:
+        with torch.no_grad():
+            want = module(x).numpy()
+        model.compile(optimizer=lp.nn.SGD(lr=0.1), loss="mse", machine=Machine.local(1))
+        xs = x.numpy().astype(np.int32 if x.dtype == torch.int64 else np.float32)
+        got = model.predict(xs)
+        row["predict_rel_err"] = float(np.abs(got.reshape(want.shape) - want).max()
+                                       / max(np.abs(want).max(), 1e-12))
+        fresh = import_model(module, x, how, tmp, keep_bn=True)
+        err, matched, total = grad_check(module, fresh, x)
+        row["grad_rel_err"], row["params_matched"] = err, f"{matched}/{total}"
+    except Exception as e:  # noqa: BLE001
+        row["status"] = f"imported; run failed: {type(e).__name__}: {str(e)[:150]}"
+        if os.environ.get("LEGIONPY_DEBUG"):
+            traceback.print_exc()
+    return row
+
+
+def main(argv=None) -> int:
+    global B
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("models", nargs="*", default=list(MODELS))
+    ap.add_argument("--paths", default=",".join(PATHS))
+    ap.add_argument("--batch", type=int, default=B)
+    args = ap.parse_args(argv)
+    B = args.batch
+    import torch
+
+    torch.set_num_threads(1)
+    print(f"# torch {torch.__version__}; batch {B}; load {os.getloadavg()[0]:.2f}")
+    print(f"{'model':20s} {'path':7s} {'predict rel err':>16s} {'grad rel err':>13s} "
+          f"{'params':>8s}  status")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models:
+            for how in args.paths.split(","):
+                r = run_one(name, how, tmp)
+                rows.append(r)
+                pe = r.get("predict_rel_err")
+                ge = r.get("grad_rel_err")
+                print(f"{name:20s} {how:7s} {'' if pe is None else f'{pe:.1e}':>16s} "
+                      f"{'' if ge is None else f'{ge:.1e}':>13s} "
+                      f"{r.get('params_matched', ''):>8s}  {r['status']}", flush=True)
+                if r.get("detail") and os.environ.get("LEGIONPY_DEBUG"):
+                    print("    ", r["detail"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
