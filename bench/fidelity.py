@@ -13,7 +13,7 @@ within each model). Targets (issue 13): mean error <= 10%, worst <= 20%,
 Kendall tau >= 0.9 (FlexFlow, paper 8.3.1: worst < 30%, order preserved).
 Each figure comes twice: predicted for this machine to itself, and for the
 background load measured during the run (the cores other programs kept
-busy, :func:`legionpy.optimizer.calibration.background_cores`; the ``bg``,
+busy, :func:`legionpy.probe.overhead.background_cores`; the ``bg``,
 ``load ms`` and ``l.err`` columns), since on a shared machine the first
 cannot match.
 
@@ -51,7 +51,7 @@ STRATEGIES = ("data", "model", "owt", "expert", "search", "random")
 def random_strategy(graph, machine, seed: int):
     """A seeded random strategy that the layer API accepts (retries invalid draws)."""
     from legionpy.errors import LegionpyError
-    from legionpy.nn.strategies import resolve_strategy
+    from legionpy.mapper.resolve import resolve_strategy
     from legionpy.optimizer import Strategy
     from legionpy.optimizer.search.space import ConfigSpace
     from legionpy.placement import weight_tiles

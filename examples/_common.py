@@ -1,6 +1,6 @@
-"""What every zoo example shares: arguments, runtime start, the training
-loop and the printout (all in :mod:`legionpy.models.training`, which
-``legionpy train`` uses too).
+"""What every zoo example shares: arguments (:mod:`legionpy.commands.args`),
+runtime start, the training loop and the printout
+(:mod:`legionpy.models.training`), as ``legionpy train`` does.
 
 Each example runs as ``python examples/NAME.py`` (2 CPU devices) or
 ``mpirun -n 2 python examples/NAME.py`` (1 device per rank); both print the
@@ -16,12 +16,8 @@ import json
 def run(name: str, doc: str, steps: int = 30, every: int = 5) -> dict:
     """Parse the shared arguments, train zoo model ``name`` and print (rank 0
     only) the loss every ``every`` steps, then throughput and first/final loss."""
-    from legionpy.models.training import (
-        add_train_arguments,
-        is_root,
-        start_runtime,
-        train_from_args,
-    )
+    from legionpy.commands.args import add_train_arguments
+    from legionpy.models.training import is_root, start_runtime, train_from_args
 
     p = argparse.ArgumentParser(description=doc.strip().splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,

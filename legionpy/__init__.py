@@ -46,11 +46,11 @@ _EXPORTS = {
     "LaunchOptions": "legionpy.runtime",
     "init": "legionpy.runtime",
     "shutdown": "legionpy.runtime",
-    # mapper
-    "Mapper": "legionpy.mapper",
-    "DefaultMapper": "legionpy.mapper",
-    "TaskOptions": "legionpy.mapper",
-    "Mapping": "legionpy.mapper",
+    # the mapper interface (the runtime's; application mappers: legionpy.mapper)
+    "Mapper": "legionpy.runtime.mapping",
+    "DefaultMapper": "legionpy.runtime.mapping",
+    "TaskOptions": "legionpy.runtime.mapping",
+    "Mapping": "legionpy.runtime.mapping",
 }
 _SUBMODULES = ("errors", "geometry", "regions", "runtime", "mapper", "ops", "optimizer",
                "nn", "models", "data", "frontends")
@@ -60,10 +60,16 @@ __all__ = sorted(_EXPORTS) + list(_SUBMODULES) + ["__version__"]
 
 def __getattr__(name: str):
     if name in _EXPORTS:
+        if _EXPORTS[name] == "legionpy.regions":
+            # a Region's data lives in the runtime: loading it installs the
+            # hook Region.read / write use (legionpy.regions.region)
+            importlib.import_module("legionpy.runtime")
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
         globals()[name] = value
         return value
     if name in _SUBMODULES:
+        if name == "regions":
+            importlib.import_module("legionpy.runtime")  # the data owner, as above
         module = importlib.import_module(f"legionpy.{name}")
         globals()[name] = module
         return module

@@ -115,7 +115,8 @@ INTERRUPTED = 130
 """Exit status after Ctrl-C (128 + SIGINT), as shells report it."""
 
 
-def _debug() -> bool:
+def debug_enabled() -> bool:
+    """True when ``LEGIONPY_DEBUG`` asks for debug output (full tracebacks)."""
     import os
 
     return os.environ.get("LEGIONPY_DEBUG", "0") not in ("", "0")
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _report(where: str, message: str, exc: BaseException | None) -> None:
     """One line on stderr; the traceback too under ``LEGIONPY_DEBUG``."""
-    if exc is not None and _debug():
+    if exc is not None and debug_enabled():
         import traceback
 
         traceback.print_exception(exc, file=sys.stderr)

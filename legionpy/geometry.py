@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .errors import GeometryError
 
-__all__ = ["Rect", "Point", "union_volume", "block_bounds", "grid_points"]
+__all__ = ["Rect", "Point", "union_volume", "block_bounds", "block_bound", "grid_points"]
 
 Point = tuple[int, ...]
 
@@ -205,9 +205,18 @@ class Rect:
                 )
         bounds = [block_bounds(l, h, k) for l, h, k in zip(self.lo, self.hi, degs)]
         return [
-            Rect(tuple(b[0] for b in combo), tuple(b[1] for b in combo))
+            Rect._raw(tuple(b[0] for b in combo), tuple(b[1] for b in combo))
             for combo in itertools.product(*bounds)
         ]
+
+    @classmethod
+    def _raw(cls, lo: Point, hi: Point) -> Rect:
+        """A rect from tuples of ints known valid (no conversion, no checks):
+        the fast path of :meth:`split`."""
+        r = object.__new__(cls)
+        object.__setattr__(r, "lo", lo)
+        object.__setattr__(r, "hi", hi)
+        return r
 
     def points(self) -> Iterator[Point]:
         """Every point, row-major."""
@@ -215,6 +224,13 @@ class Rect:
 
     def __repr__(self) -> str:
         return f"Rect(lo={self.lo}, hi={self.hi})"
+
+
+def block_bound(lo: int, hi: int, k: int, i: int) -> tuple[int, int]:
+    """Block ``i`` of :func:`block_bounds` alone."""
+    base, extra = divmod(hi - lo, k)
+    start = lo + i * base + min(i, extra)
+    return start, start + base + (1 if i < extra else 0)
 
 
 def block_bounds(lo: int, hi: int, k: int) -> list[tuple[int, int]]:

@@ -28,10 +28,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .geometry import Rect
+from .geometry import Rect, block_bound
 
 __all__ = ["weight_tiles", "WeightTile", "update_shards", "param_tiles", "update_points",
-           "SHARD_MIN_BYTES"]
+           "SHARD_MIN_BYTES", "uniform_weight_rect"]
 
 
 class WeightTile(NamedTuple):
@@ -88,6 +88,17 @@ def param_tiles(name: str, uses: Any) -> list[WeightTile]:
             itemsize = np.dtype(op.params[pnames[0]].dtype).itemsize
             rotate = op.index + list(op.params).index(pnames[0])
         red = getattr(cfg, "reduce", 1)
+        same = [uniform_weight_rect(op, pn, cfg) for pn in pnames]
+        if all(wr is not None for wr in same):
+            # every point reads the same weight rects: the loop below would
+            # find one tile per pname, used by the devices in point order
+            for wr in same:
+                if wr.empty:
+                    continue
+                users = tiles.setdefault(wr, [])
+                seen = set(users)
+                users.extend(d for d in dict.fromkeys(cfg.devices) if d not in seen)
+            continue
         for k, tile in enumerate(op.output_rect.split(cfg.degrees)):
             for r in range(red):  # points (k, r) of a reduction split
                 dev = cfg.devices[k * red + r]
@@ -114,6 +125,31 @@ def param_tiles(name: str, uses: Any) -> list[WeightTile]:
                 break
     return [WeightTile(r, tuple(u), update_shards(r, tuple(u), itemsize, rotate + j))
             for j, (r, u) in enumerate(items)]
+
+
+def corner_tiles(rect: Rect, degrees: tuple) -> tuple[Rect, Rect]:
+    """The first and the last tile of ``rect.split(degrees)`` (without the
+    others)."""
+    first = [block_bound(lo, hi, k, 0) for lo, hi, k in zip(rect.lo, rect.hi, degrees)]
+    last = [block_bound(lo, hi, k, k - 1) for lo, hi, k in zip(rect.lo, rect.hi, degrees)]
+    return (Rect(tuple(x[0] for x in first), tuple(x[1] for x in first)),
+            Rect(tuple(x[0] for x in last), tuple(x[1] for x in last)))
+
+
+def uniform_weight_rect(op: Any, pname: str, cfg: Any) -> Rect | None:
+    """The weight rect of ``pname`` that EVERY point of ``cfg`` reads, when
+    ``cfg`` splits sample dims only (SOAP: weights do not depend on the
+    sample dim; checked on the first and last tile) and no reduction dim;
+    else None (points may differ: look at each)."""
+    if getattr(cfg, "reduce", 1) != 1:
+        return None
+    if not all(k == 1 or lab == "sample" for k, lab in zip(cfg.degrees, op.dims)):
+        return None
+    wr = op.weight_rect(pname, op.output_rect)
+    for c in corner_tiles(op.output_rect, cfg.degrees):
+        if op.weight_rect(pname, c) != wr:
+            return None
+    return wr
 
 
 def _grouped(uses: Any) -> list:

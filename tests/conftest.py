@@ -44,5 +44,5 @@ for tier in ("unit", "runtime"):
 # Recorded GPU profiles shipped in legionpy/data/profiles change the default
 # cost model of their presets: the suite tests behaviour, not which profiles
 # ship, so it runs every preset analytic unless a test points
-# LEGIONPY_PROFILES at a folder of its own (tests/unit/test_profiles.py).
+# LEGIONPY_PROFILES at a folder of its own (tests/unit/test_recorded_profiles.py).
 os.environ["LEGIONPY_PROFILES"] = "off"

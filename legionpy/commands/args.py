@@ -21,7 +21,8 @@ import re
 from typing import Any
 
 __all__ = ["positive_int", "nonneg_int", "positive_float", "nonneg_float", "degrees",
-           "size_pair", "machine_spec", "in_file", "out_file", "cost_spec", "check_out_path"]
+           "size_pair", "machine_spec", "in_file", "out_file", "cost_spec", "check_out_path",
+           "add_train_arguments"]
 
 _Bad = argparse.ArgumentTypeError
 
@@ -149,3 +150,35 @@ def cost_spec(text: str) -> str:
                    "profile JSON "
                    "(write one with `legionpy profile MODEL --out FILE`)")
     return in_file(text)
+
+
+def add_train_arguments(p: Any, steps: int = 30) -> None:
+    """The arguments ``legionpy train`` and ``examples/*.py`` share (their values
+    go to :func:`legionpy.models.training.train_from_args`)."""
+    p.add_argument("--strategy", default="data",
+                   help="data, model, owt, search, or a strategy JSON file (default: data)")
+    p.add_argument("--steps", type=positive_int, default=steps,
+                   help=f"training steps (default {steps})")
+    p.add_argument("--batch-size", type=positive_int, default=None,
+                   help="global batch (default: the small preset's, see models.SMALL)")
+    p.add_argument("--scale", choices=("small", "full"), default="small",
+                   help="small sizes for CPU runs (default) or the paper's shapes")
+    p.add_argument("--size", type=size_pair, action="append", default=[], metavar="KEY=VALUE",
+                   help="override a builder size, e.g. --size hidden=128 --size steps=20")
+    p.add_argument("--text", action="store_true",
+                   help="RNNs: train on the stdlib-docstring corpus instead of synthetic data")
+    p.add_argument("--devices", type=positive_int, default=None,
+                   help="CPU devices per process (default: the GPUs LEGIONPY_GPUS=n asks "
+                        "for, else 2, or 1 per rank under mpirun)")
+    p.add_argument("--lr", type=positive_float, default=None, help="Adam learning rate")
+    p.add_argument("--seed", type=nonneg_int, default=0)
+    p.add_argument("--sync", choices=("shards", "collective"), default=None,
+                   help="gradient synchronisation: update shards and point-to-point copies, "
+                        "or per-bucket reduce-scatter + all-gather collectives (default: "
+                        "LEGIONPY_SYNC, else shards)")
+    p.add_argument("--checkpoint", type=out_file, metavar="FILE", default=None,
+                   help="resume from FILE when it exists; save to it every "
+                        "--checkpoint-every steps, at the end and on Ctrl-C")
+    p.add_argument("--checkpoint-every", type=positive_int, metavar="N", default=None,
+                   help="with --checkpoint: save every N steps (default: only at the end "
+                        "and on Ctrl-C)")

@@ -19,7 +19,7 @@ writes the table with its metadata; :meth:`TableCostModel.from_json` (and
 {cost_key: [forward_s, backward_s]}}``.
 
 ``--zoo`` records the GPU profiles presets ship with
-(:mod:`legionpy.measure.gpuprofile`): every zoo model (or ``--models
+(:mod:`legionpy.measure.record_profiles`): every zoo model (or ``--models
 a,b``) at the paper's shapes (``--scale full``, the default there), the
 tiles of data, model and expert on 1-16 devices (``--devices``), measured on
 this machine's GPU, written as ``DIR/PRESET-MODEL.json`` (``--out DIR``,
@@ -129,7 +129,7 @@ def _profile(args) -> dict:
     args.scale = args.scale or "small"
     from ..optimizer import Strategy
     from ..optimizer.costmodel import COSTS_FORMAT, MeasuredCostModel, cost_key
-    from ..optimizer.profile import profile_model
+    from ..optimizer.kernel_timing import profile_model
     from ..optimizer.strategy import atomic_write_json
 
     g = build_graph(args)
@@ -185,9 +185,9 @@ def _profile(args) -> dict:
 
 
 def _zoo(args) -> dict:
-    """``profile --zoo``: :func:`legionpy.measure.gpuprofile.record_profile`."""
+    """``profile --zoo``: :func:`legionpy.measure.record_profiles.record_profile`."""
     from ..errors import GraphError
-    from ..measure.gpuprofile import DEFAULT_COUNTS, device_identity, record_profile
+    from ..measure.record_profiles import DEFAULT_COUNTS, device_identity, record_profile
     from ..models import MODELS
     from ..progress import bar
 

@@ -38,12 +38,18 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=positive_int, default=None)
     p.add_argument("--methods", default=None,
                    help="comma-separated: data,model,expert,partitioner,elimination,mcmc,"
-                        "exhaustive")
+                        "exhaustive,hierarchical,hybrid (default: all but exhaustive and "
+                        "hybrid; with --sync collective past 256 devices: data,hybrid,mcmc)")
     p.add_argument("--out", type=out_file, default=None,
                    help="best strategy JSON (default MODEL-SPEC.json)")
     p.add_argument("--png", type=out_file, default=None, help="also draw the best strategy")
     p.add_argument("--trace", type=out_file, default=None,
                    help="simulated Chrome trace of the best")
+    p.add_argument("--sync", choices=("shards", "collective"), default="shards",
+                   help="gradient sync: shards (point-to-point copies to update shards, what "
+                        "the runtime runs today; default) or collective (reduce-scatter + "
+                        "all-gather per 25 MiB bucket, ring/hierarchical/tree: docs/seam.md; "
+                        "use it past ~64 devices)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--force", action="store_true",
                    help="overwrite --out even when it holds a faster strategy")
@@ -52,7 +58,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
 @command("search", "search a parallelization strategy and compare it with the baselines")
 def _search(args) -> dict:
     from .. import models
-    from ..cli import _debug
+    from ..cli import debug_enabled
     from ..errors import Interrupted, StrategyError
     from ..interrupt import deferred_interrupt
     from ..optimizer import Machine, Simulator, search
@@ -60,7 +66,7 @@ def _search(args) -> dict:
     from ..optimizer.trace import plot_strategy, write_chrome_trace
 
     methods = args.methods.split(",") if args.methods else None
-    known = list(DEFAULT_METHODS) + ["owt", "exhaustive"]
+    known = list(DEFAULT_METHODS) + ["owt", "exhaustive", "hybrid"]
     unknown = sorted(set(methods or ()) - set(known))
     if unknown:
         raise StrategyError(f"--methods: unknown search methods {unknown}; known: {known}")
@@ -90,7 +96,7 @@ def _search(args) -> dict:
 
     def stage(name):
         at_clean_point()
-        if _debug():
+        if debug_enabled():
             print(f"legionpy search: {name}", file=sys.stderr, flush=True)
         if bar is not None:
             bar.set_description_str(f"search {args.model}: {name}")
@@ -99,7 +105,8 @@ def _search(args) -> dict:
     try:
         with deferred_interrupt("search", "at the next proposal") as stop:
             rep = search.run_all(graph, machine, args.budget, args.seed, methods,
-                                 args.iterations, progress=progress, stage=stage, found=found)
+                                 args.iterations, progress=progress, stage=stage, found=found,
+                                 sync=args.sync)
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()
@@ -109,13 +116,13 @@ def _search(args) -> dict:
             bar.close()
     best = rep.best_strategy
     out = args.out or default_out(args)
-    note = write_strategy(out, best, graph, machine, args.force)
+    note = write_strategy(out, best, graph, machine, args.force, args.sync)
     files = {"strategy": out}
     if args.png:
         plot_strategy(graph, best, machine, args.png)
         files["png"] = args.png
     if args.trace:
-        sim = Simulator(graph, machine)
+        sim = Simulator(graph, machine, sync=args.sync)
         sim.run(best)
         write_chrome_trace(sim.tasks(), args.trace)
         files["trace"] = args.trace
@@ -138,7 +145,8 @@ def _cost(sim, strategy) -> float:
     return float(getattr(r, "search_cost", r.iteration_time_s))
 
 
-def write_strategy(path: str, best, graph, machine, force: bool = False) -> dict:
+def write_strategy(path: str, best, graph, machine, force: bool = False,
+                   sync: str = "shards") -> dict:
     """Write ``best`` to ``path`` unless ``path`` already holds a strategy
     for this model and machine that simulates faster (``force`` overwrites
     anyway); returns ``{"action": "wrote"|"replaced"|"kept"|"unchanged",
@@ -151,7 +159,7 @@ def write_strategy(path: str, best, graph, machine, force: bool = False) -> dict
     if not os.path.exists(path):
         best.save(path)
         return {"action": "wrote", "message": f"wrote {path}"}
-    sim = Simulator(graph, machine)
+    sim = Simulator(graph, machine, sync=sync)
     new = _cost(sim, best)
     try:
         old_s = Strategy.load(path, graph)
@@ -177,7 +185,7 @@ def _interrupted(args, graph, machine, found: dict) -> dict:
     """Ctrl-C during the search: write the best strategy found so far."""
     from ..optimizer import Simulator
 
-    sim = Simulator(graph, machine)
+    sim = Simulator(graph, machine, sync=getattr(args, "sync", "shards"))
     costs = {m: _cost(sim, s) for m, (s, _) in found.items()}
     if not costs:
         return {"text": "interrupted before any strategy was found; nothing written",

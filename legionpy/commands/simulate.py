@@ -69,7 +69,8 @@ def check_cost_model(cost: str, machine) -> None:
 def _configure(p) -> None:
     add_model_arguments(p)
     p.add_argument("--strategy", default="data",
-                   help="data, model, owt, expert, or a strategy JSON file")
+                   help="data, model, owt, expert, megatron, hybrid (data across nodes, tensor "
+                        "inside), or a strategy JSON file")
     p.add_argument("--trace", type=out_file, metavar="FILE",
                    help="write the simulated timeline (Perfetto JSON)")
     p.add_argument("--taskgraph", type=out_file, metavar="FILE",
@@ -84,6 +85,11 @@ def _configure(p) -> None:
                         "this machine, cached), contended (measured with every device busy; "
                         "the default with --compare, as `legionpy train` predicts), or a "
                         "profile JSON from `legionpy profile`")
+    p.add_argument("--sync", choices=("shards", "collective"), default="shards",
+                   help="gradient sync: shards (point-to-point copies to update shards, what "
+                        "the runtime runs today; default) or collective (reduce-scatter + "
+                        "all-gather per 25 MiB bucket, ring/hierarchical/tree: docs/seam.md; "
+                        "use it past ~64 devices)")
     p.add_argument("--compare", action="store_true",
                    help="also run the strategy for real here (--machine local) and report "
                         "simulated vs measured iteration time and per-device busy time")
@@ -112,13 +118,14 @@ def _simulate(args) -> dict:
 
     cm = cost_model_from_spec(args.cost, len(machine.devices), machine)
     with Stages(["task graph", "schedule"], f"simulate {args.model}", args.json) as stages:
-        sim = Simulator(graph, machine, cm)
+        sim = Simulator(graph, machine, cm, sync=getattr(args, "sync", "shards"))
         sim.on_stage = stages
         result = sim.run(strategy)
         sim.on_stage = None
     out = result.to_dict()
     summary = cost_model_summary(cm)
     out.update({"model": args.model, "machine": machine.name, "strategy": str(args.strategy),
+                "sync": sim.sync, "symmetry_classes": result.classes,
                 "cost_model": args.cost or ("profile" if "tiles" in summary else "analytic")})
     if "tiles" in summary:
         out["cost_tiles"] = summary["tiles"]
@@ -160,6 +167,10 @@ def _compare(args) -> dict:
         raise MachineError(f"--compare runs the strategy for real, and only the local machine "
                            f"can be run: use --machine local (got --machine {args.machine}); "
                            "simulate other machines without --compare")
+    if getattr(args, "sync", "shards") != "shards":
+        raise MachineError(f"--compare runs the strategy for real with the runtime's shards "
+                           f"sync (the compare path does not run collective sync yet, "
+                           f"docs/seam.md); drop --sync {args.sync} or --compare")
     check_model(args.model)
     if args.steps < 1 or args.warmup < 0:
         raise ModelError(f"--steps must be >= 1 and --warmup >= 0, got {args.steps}, "

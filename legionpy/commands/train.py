@@ -24,7 +24,7 @@ from ..cli import command
 
 def _configure(p) -> None:
     p.add_argument("model", help="a zoo model (see `legionpy models`) or a .onnx file")
-    from ..models.training import add_train_arguments
+    from .args import add_train_arguments
 
     add_train_arguments(p, steps=30)
 

@@ -31,7 +31,7 @@ def _configure_machines(p) -> None:
 def _machines(args) -> dict:
     from ..optimizer import Machine
     from ..optimizer.machine import PRESETS
-    from ..optimizer.profiles import preset_profile, profiles_dir
+    from ..optimizer.recorded_profiles import preset_profile, profiles_dir
 
     rows = []
     for name in sorted(PRESETS):

@@ -319,20 +319,16 @@ class AdaptiveMapper(StrategyMapper):
 
 def _merge_ranks(busy: dict[int, float]) -> dict[int, float]:
     """Sum per-device busy seconds over MPI ranks (each traces its own)."""
-    from ..runtime.mpi import cluster, launched_under_mpi
+    from ..runtime.mpi import allgather
 
-    if not launched_under_mpi():
-        return busy
     out: dict[int, float] = {}
-    for part in cluster().coll.allgather(busy):
+    for part in allgather(busy):
         for d, b in part.items():
             out[d] = out.get(d, 0.0) + b
     return out
 
 
 def _merge_span(span: float) -> float:
-    from ..runtime.mpi import cluster, launched_under_mpi
+    from ..runtime.mpi import allgather
 
-    if not launched_under_mpi():
-        return span
-    return max(cluster().coll.allgather(span))
+    return max(allgather(span))

@@ -27,8 +27,7 @@ from typing import Any
 from ..errors import MappingError
 from ..placement import WeightTile, param_tiles, update_points, update_shards, weight_tiles
 from ..runtime.devices import Device
-from .base import MapperTask
-from .default import DefaultMapper
+from ..runtime.mapping import DefaultMapper, MapperTask
 
 __all__ = ["StrategyMapper", "weight_tiles", "WeightTile", "update_shards", "param_tiles",
            "update_points"]
@@ -49,8 +48,8 @@ class StrategyMapper(DefaultMapper):
         the model on ``machine`` (default: this runtime's devices), register
         it under ``model_id`` and return it. ``select_parallel_config`` then
         answers from it."""
-        from ..nn.strategies import resolve_strategy
         from ..optimizer import Machine
+        from .resolve import resolve_strategy
 
         graph = getattr(model_or_graph, "graph", model_or_graph)
         if model_id is None:

@@ -37,14 +37,16 @@ from typing import Any
 import numpy as np
 
 from .. import nn
-from ..models.rnn import _embed, _stack
-from ..nn.strategies import resolve_strategy
-from ..optimizer.calibration import local_cores, measure_kernel_concurrency, nnls, task_counts
+from ..mapper.resolve import resolve_strategy
+from ..models.rnn import embed_tokens, lstm_stack
+from ..optimizer.calibration import local_cores, nnls, task_counts
 from ..optimizer.costmodel import CostModel, cost_model_from_spec, default_cache_path
-from ..optimizer.fidelity import RuntimeOverhead, _bcast, measure_runtime_overhead
+from ..optimizer.fidelity import RuntimeOverhead
 from ..optimizer.simulator import Simulator
 from ..optimizer.strategy import atomic_write_json
+from ..probe.overhead import measure_kernel_concurrency, measure_runtime_overhead
 from ..runtime import get_runtime
+from ..runtime.mpi import bcast_root
 from .fidelity import measure_runtime
 
 __all__ = ["calibration_models", "calibrate_layer_overhead", "calibrated_overhead",
@@ -91,7 +93,8 @@ def _lstm(steps: int, layers: int = 1, hidden: int = 4, vocab: int = 8,
 
     m = nn.Model(batch_size=batch, name=f"calib_lstm{steps}x{layers}")
     tokens = m.input((steps,), dtype="int32", name="tokens")
-    tops, _ = _stack(m, _embed(m, tokens, steps, vocab, hidden, "emb"), layers, hidden, "l")
+    xs = embed_tokens(m, tokens, steps, vocab, hidden, "emb")
+    tops, _ = lstm_stack(m, xs, layers, hidden, "l")
     m.softmax(m.dense(tops[-1].h, 2, name="out"))
     return m
 
@@ -126,7 +129,7 @@ def calibrate_layer_overhead(machine: Any, steps: int = 9, warmup: int = 3,
             counts = task_counts(sim.tg.to_json(include_times=False), m.graph)
             kernels = float(sum(res.per_device_busy_s.values()))
             real = measure_runtime(m, strat, machine, steps=steps, warmup=warmup)
-            real = _bcast(real)
+            real = bcast_root(real)
             busy = float(sum(real["measured_per_device_busy_s"].values()))
             rows.append({"model": m.graph.name, "strategy": sname, **counts,
                          "period_s": real["measured_time_s"],
@@ -172,7 +175,7 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     calib = dict(figures.pop("calibration"), **conc)
     ranks = 1 + max((d.rank for d in rt.devices), default=0)
     ranks = max(ranks, int(getattr(rt, "size", 1) or 1))
-    cores = _bcast(local_cores())
+    cores = bcast_root(local_cores())
     return RuntimeOverhead(kernel_scale=conc["kernel_scale"],
                            kernel_scale_mem=conc["kernel_scale_mem"],
                            intensity_compute=conc["intensity_compute"],
@@ -199,7 +202,7 @@ def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
                 have = json.load(f)
         except (OSError, ValueError):
             have = None
-    have = _bcast(have)  # every rank takes rank 0's decision
+    have = bcast_root(have)  # every rank takes rank 0's decision
     if have is not None:
         return RuntimeOverhead(**{k: have[k] for k in RuntimeOverhead.__dataclass_fields__
                                   if k in have})

@@ -31,16 +31,11 @@ from .. import data as D
 from .. import models as zoo
 from .. import nn
 from .. import runtime as lr
-from ..nn.strategies import resolve_strategy
-from ..optimizer.calibration import background_cores, cpu_clock
-from ..optimizer.fidelity import (
-    RuntimeOverhead,
-    _bcast,
-    _gather,
-    relative_error,
-    simulate_strategy,
-)
+from ..mapper.resolve import resolve_strategy
+from ..optimizer.fidelity import RuntimeOverhead, relative_error, simulate_strategy
 from ..optimizer.machine import Machine
+from ..probe.overhead import background_cores, cpu_clock
+from ..runtime.mpi import allgather, bcast_root
 
 __all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "train_prediction",
            "LOCAL_COST"]
@@ -48,7 +43,7 @@ __all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "train_pre
 #: the cost model of the local machine model's predictions (``simulate
 #: --compare``, ``legionpy train``, the benches): tile kernels timed on this
 #: machine with the other devices busy, as they run inside a training step
-#: (on GPU devices: timed on the GPU, :func:`~legionpy.measure.gpuprofile.
+#: (on GPU devices: timed on the GPU, :func:`~legionpy.measure.record_profiles.
 #: device_cost_model`)
 LOCAL_COST = "contended"
 
@@ -65,7 +60,7 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     (trace busy time inside that window, per step), "measured_control_cpu_s" (CPU
     seconds of the calling -- control -- thread per step: median step, max over
     ranks), "measured_background_cores" (cores other programs kept busy over
-    the timed steps, :func:`~legionpy.optimizer.calibration.background_cores`),
+    the timed steps, :func:`~legionpy.probe.overhead.background_cores`),
     "final_loss"}``.
     Collective under MPI."""
 
@@ -108,15 +103,15 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
                 busy[r["device"]] = busy.get(r["device"], 0.0) + v
     names = {d.id: d.name for d in machine.devices}
     merged: dict[str, float] = {names.get(d, str(d)): 0.0 for d in names}
-    for part in _gather(busy):
+    for part in allgather(busy):
         for d, v in part.items():
             key = names.get(d, str(d))
             merged[key] = merged.get(key, 0.0) + v / steps
-    all_times = _gather(times)
+    all_times = allgather(times)
     bg = background_cores(clocks[0], clocks[-1]) if len(clocks) == 2 else None
     control_cpu = statistics.median(cpu[i] - cpu[i - 1] for i in range(warmup, total))
-    return {"measured_time_s": max(_gather(period)),
-            "measured_control_cpu_s": max(_gather(control_cpu)),
+    return {"measured_time_s": max(allgather(period)),
+            "measured_control_cpu_s": max(allgather(control_cpu)),
             "measured_step_times_s": [max(ts) for ts in zip(*all_times)],
             "measured_per_device_busy_s": merged, "final_loss": float(h["step_loss"][-1]),
             "measured_background_cores": bg}
@@ -199,7 +194,7 @@ def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_CO
     if cost == "contended" and any(d.kind == "gpu" for d in machine.devices):
         # a GPU kernel's cost is its synchronised wall time on the GPU, not the
         # CPU seconds of a thread contending for cores
-        from .gpuprofile import device_cost_model
+        from .record_profiles import device_cost_model
 
         cost = device_cost_model()
     if overhead is True:
@@ -210,7 +205,7 @@ def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_CO
         ovh = overhead
     if ovh is not None:
         ovh = ovh.under_load(background_cores)
-    return _bcast(simulate_strategy(graph, machine, strategy, cost, ovh))
+    return bcast_root(simulate_strategy(graph, machine, strategy, cost, ovh))
 
 
 def train_prediction(model: Any, measured_s: float,

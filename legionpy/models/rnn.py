@@ -20,7 +20,7 @@ from __future__ import annotations
 __all__ = ["build_rnntc", "build_rnnlm", "build_nmt"]
 
 
-def _stack(b, xs, layers, hidden, prefix, first=None, init=None):
+def lstm_stack(b, xs, layers, hidden, prefix, first=None, init=None):
     """Run ``layers`` LSTM layers over the per-step inputs ``xs``; returns the
     top layer's states per step and the last state of each layer."""
     first = first if first is not None else [None] * layers
@@ -38,7 +38,9 @@ def _stack(b, xs, layers, hidden, prefix, first=None, init=None):
     return tops, state
 
 
-def _embed(b, tokens, steps, vocab, dim, name):
+def embed_tokens(b, tokens, steps, vocab, dim, name):
+    """One embedding per step of ``tokens`` (N, steps), all sharing the
+    first step's table; returns the per-step embeddings."""
     out, first = [], None
     for t in range(steps):
         e = b.embedding(tokens.select(1, t), vocab, dim, share=first, name=f"{name}.t{t}")
@@ -50,8 +52,8 @@ def _embed(b, tokens, steps, vocab, dim, name):
 def build_rnntc(b, steps: int = 40, hidden: int = 1024, layers: int = 4,
                 vocab: int = 32000, num_classes: int = 2):
     tokens = b.input((steps,), dtype="int32", name="tokens")
-    xs = _embed(b, tokens, steps, vocab, hidden, "embed")
-    tops, _ = _stack(b, xs, layers, hidden, "lstm")
+    xs = embed_tokens(b, tokens, steps, vocab, hidden, "embed")
+    tops, _ = lstm_stack(b, xs, layers, hidden, "lstm")
     t = b.dense(tops[-1].h, num_classes, name="classifier")
     return b.softmax(t, name="softmax")
 
@@ -59,8 +61,8 @@ def build_rnntc(b, steps: int = 40, hidden: int = 1024, layers: int = 4,
 def build_rnnlm(b, steps: int = 40, hidden: int = 2048, layers: int = 2,
                 vocab: int = 10000):
     tokens = b.input((steps,), dtype="int32", name="tokens")
-    xs = _embed(b, tokens, steps, vocab, hidden, "embed")
-    tops, _ = _stack(b, xs, layers, hidden, "lstm")
+    xs = embed_tokens(b, tokens, steps, vocab, hidden, "embed")
+    tops, _ = lstm_stack(b, xs, layers, hidden, "lstm")
     return _project(b, [s.h for s in tops], hidden, vocab)
 
 
@@ -73,10 +75,10 @@ def _project(b, hs, hidden, vocab):
 def build_nmt(b, steps: int = 40, hidden: int = 1024, layers: int = 2, vocab: int = 32000):
     src = b.input((steps,), dtype="int32", name="src")
     tgt = b.input((steps,), dtype="int32", name="tgt")
-    enc, enc_last = _stack(b, _embed(b, src, steps, vocab, hidden, "src_embed"), layers,
+    enc, enc_last = lstm_stack(b, embed_tokens(b, src, steps, vocab, hidden, "src_embed"), layers,
                            hidden, "enc")
     keys = [s.h for s in enc]
-    dec, _ = _stack(b, _embed(b, tgt, steps, vocab, hidden, "tgt_embed"), layers, hidden,
+    dec, _ = lstm_stack(b, embed_tokens(b, tgt, steps, vocab, hidden, "tgt_embed"), layers, hidden,
                     "dec", init=enc_last)
     out, att0 = [], None
     for t, s in enumerate(dec):

@@ -18,7 +18,7 @@ allocation), or all of them when there is one step; ``measured_iteration_s``
 is the steady-state seconds per step (after the first three: the traced loop
 records its first two);
 ``background_cores``: the cores other programs kept busy meanwhile
-(:func:`legionpy.optimizer.calibration.background_cores`).
+(:func:`legionpy.probe.overhead.background_cores`).
 
 Every MPI rank runs the same calls (control replication) and gets the same
 losses; :func:`is_root` tells which rank should print.
@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["train", "train_from_args", "add_train_arguments", "parse_sizes",
+__all__ = ["train", "train_from_args", "parse_sizes",
            "default_optimizer", "is_root", "start_runtime"]
 
 _LR = {"lenet": 3e-3, "alexnet": 1e-3, "vgg16": 1e-3, "inception_v3": 2e-3,
@@ -76,7 +76,7 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
           log: Callable[[int, float], None] | None = None,
           predict: Callable[..., dict] | None = None, checkpoint: str | None = None,
           checkpoint_every: int | None = None, progress: bool = False,
-          **sizes: Any) -> dict[str, Any]:
+          sync: str | None = None, **sizes: Any) -> dict[str, Any]:
     """Train zoo model ``name`` for ``steps`` steps; see the module docstring.
     ``log(step, loss)`` is called after every step (on every rank).
     ``predict(model, measured seconds per step, background cores) -> dict``:
@@ -89,19 +89,21 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     and save to it every ``checkpoint_every`` steps, at the end and on
     Ctrl-C (which raises :class:`~legionpy.errors.Interrupted` after the
     step in flight). ``progress``: a tqdm bar on rank 0 (when stderr is a
-    terminal)."""
+    terminal). ``sync``: gradient synchronisation, ``"shards"`` or
+    ``"collective"`` (None: ``LEGIONPY_SYNC``, else shards; README "Many
+    processes / collectives")."""
     import os
 
     from .. import data as D
     from .. import runtime as lr
-    from ..optimizer.calibration import background_cores, cpu_clock
+    from ..probe.overhead import background_cores, cpu_clock
     from . import build
 
     model = build(name, batch_size=batch_size, scale=scale, seed=seed, **sizes)
     b = model.batch_size
     xs, y = D.for_model(model, steps * b, seed=seed, text=text)
     model.compile(optimizer=optimizer or default_optimizer(name),
-                  loss="sparse_categorical_crossentropy", strategy=strategy)
+                  loss="sparse_categorical_crossentropy", strategy=strategy, sync=sync)
     if checkpoint is not None and os.path.exists(checkpoint):
         model.load(checkpoint)
     start = model.step
@@ -158,35 +160,6 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
                             for k in ("captured", "launched", "replaced")}}
 
 
-def add_train_arguments(p: Any, steps: int = 30) -> None:
-    """The arguments ``legionpy train`` and ``examples/*.py`` share."""
-    from ..commands.args import nonneg_int, out_file, positive_float, positive_int, size_pair
-
-    p.add_argument("--strategy", default="data",
-                   help="data, model, owt, search, or a strategy JSON file (default: data)")
-    p.add_argument("--steps", type=positive_int, default=steps,
-                   help=f"training steps (default {steps})")
-    p.add_argument("--batch-size", type=positive_int, default=None,
-                   help="global batch (default: the small preset's, see models.SMALL)")
-    p.add_argument("--scale", choices=("small", "full"), default="small",
-                   help="small sizes for CPU runs (default) or the paper's shapes")
-    p.add_argument("--size", type=size_pair, action="append", default=[], metavar="KEY=VALUE",
-                   help="override a builder size, e.g. --size hidden=128 --size steps=20")
-    p.add_argument("--text", action="store_true",
-                   help="RNNs: train on the stdlib-docstring corpus instead of synthetic data")
-    p.add_argument("--devices", type=positive_int, default=None,
-                   help="CPU devices per process (default: the GPUs LEGIONPY_GPUS=n asks "
-                        "for, else 2, or 1 per rank under mpirun)")
-    p.add_argument("--lr", type=positive_float, default=None, help="Adam learning rate")
-    p.add_argument("--seed", type=nonneg_int, default=0)
-    p.add_argument("--checkpoint", type=out_file, metavar="FILE", default=None,
-                   help="resume from FILE when it exists; save to it every "
-                        "--checkpoint-every steps, at the end and on Ctrl-C")
-    p.add_argument("--checkpoint-every", type=positive_int, metavar="N", default=None,
-                   help="with --checkpoint: save every N steps (default: only at the end "
-                        "and on Ctrl-C)")
-
-
 def parse_sizes(pairs: list[str]) -> dict[str, Any]:
     """``["hidden=128", "width=0.5", "blocks=1,1,1,1"]`` -> typed keyword sizes."""
     from ..errors import ModelError
@@ -211,7 +184,7 @@ def parse_sizes(pairs: list[str]) -> dict[str, Any]:
 def train_from_args(name: str, args: Any, log: Callable[[int, float], None] | None = None,
                     predict: Callable[..., dict] | None = None,
                     progress: bool = False) -> dict[str, Any]:
-    """:func:`train` with :func:`add_train_arguments`' values."""
+    """:func:`train` with :func:`legionpy.commands.args.add_train_arguments`' values."""
     from ..nn import Adam
 
     opt = Adam(lr=args.lr) if args.lr else None
@@ -219,4 +192,5 @@ def train_from_args(name: str, args: Any, log: Callable[[int, float], None] | No
                  scale=args.scale, text=args.text, seed=args.seed, optimizer=opt, log=log,
                  checkpoint=getattr(args, "checkpoint", None),
                  checkpoint_every=getattr(args, "checkpoint_every", None),
-                 predict=predict, progress=progress, **parse_sizes(args.size))
+                 predict=predict, progress=progress, sync=getattr(args, "sync", None),
+                 **parse_sizes(args.size))

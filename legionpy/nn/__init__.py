@@ -14,11 +14,11 @@ compiled model becomes regions and index launches, DESIGN.md section 2).
 
 from __future__ import annotations
 
+from ..mapper.resolve import resolve_strategy, search_strategy
 from .data import DataLoader, shard
 from .losses import LOSSES, METRICS
 from .model import History, Model
 from .optimizers import SGD, Adam, Optimizer
-from .strategies import resolve_strategy, search_strategy
 
 __all__ = ["Model", "History", "SGD", "Adam", "Optimizer", "DataLoader", "shard", "LOSSES",
            "METRICS", "resolve_strategy", "search_strategy"]

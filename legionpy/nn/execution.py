@@ -80,7 +80,9 @@ from ..runtime import LaunchOptions, TaskFunction
 from .init import initial_value
 from .losses import metric_sums
 
-__all__ = ["Executor", "OpPlan", "SLOW_DEVICES"]
+__all__ = ["Executor", "OpPlan", "SLOW_DEVICES", "SYNC_MODES"]
+
+SYNC_MODES = ("shards", "collective")
 
 
 def _parse_slow(spec: str) -> dict[int, float]:
@@ -154,10 +156,25 @@ class OpPlan:
                      for c, (t, r) in zip(self.colors, pts)}
             self.ins.append(Partition.by_rects(ex.regions[ref.op.name], rects))
         self.pnames = list(op.params)
-        self.ws = [Partition.by_rects(ex.pregions[op.params[n].name],
-                                      {c: op.part_weight_rect(n, t, r, red)
-                                       for c, (t, r) in zip(self.colors, pts)})
-                   for n in self.pnames]
+        cs = ex.csync
+        #: collective sync: per parameter, per point, how the point's flat
+        #: slice is viewed as its weight rect (nn/sync.py); None: shards
+        self.wviews: list | None = None
+        if cs is None:
+            self.ws = [Partition.by_rects(ex._pregions[op.params[n].name],
+                                          {c: op.part_weight_rect(n, t, r, red)
+                                           for c, (t, r) in zip(self.colors, pts)})
+                       for n in self.pnames]
+        else:
+            self.ws, self.wviews = [], []
+            for n in self.pnames:
+                pn = op.params[n].name
+                got = [cs.weight_rect(pn, op.part_weight_rect(n, t, r, red), cfg.devices[k])
+                       for k, (t, r) in enumerate(pts)]
+                reg = cs.regions[cs.where[(pn, cs.tiles[pn][0].rect)][0].b]
+                self.ws.append(Partition.by_rects(reg, {c: fr for c, (fr, _) in
+                                                        zip(self.colors, got)}))
+                self.wviews.append([v for _, v in got])
         self.need = [ref.op.has_backward for ref in op.inputs]
         self.views = [ref.view for ref in op.inputs]
         self.cache: dict[int, dict] = {}
@@ -182,7 +199,8 @@ class OpPlan:
     def _tile(self, out: Any, views: tuple, k: int, fresh: bool, **kw: Any) -> Tile:
         nin = len(self.ins)
         xs = [_drop_axis(v.val, vw) for v, vw in zip(views[:nin], self.views)]
-        ws = {n: v.w for n, v in zip(self.pnames, views[nin:])}
+        ws = {n: self._weight(i, k, v.w) for i, (n, v) in enumerate(zip(self.pnames,
+                                                                          views[nin:]))}
         if fresh:
             self.cache[k] = {}
         return Tile(self.tiles[k], xs, ws, need_dx=self.need, cache=self.cache[k],
@@ -204,6 +222,14 @@ class OpPlan:
             out.val[...] += tile_forward(self.op, t)
         _throttle(self.cfg.devices[k], t0)
         return t.cache.pop("running", None)  # batch norm's batch statistics, if any
+
+    def _weight(self, i: int, k: int, a: Any) -> Any:
+        """Parameter ``i``'s array of point ``k``: the region view (shards),
+        or its flat slice viewed as the weight rect (collective sync)."""
+        if self.wviews is None:
+            return a
+        shape, sl = self.wviews[i][k]
+        return a.reshape(shape) if sl is None else a.reshape(shape)[sl]
 
     def _color(self, view: Any) -> tuple:
         return view.region.color
@@ -233,8 +259,11 @@ class OpPlan:
         for i, dx in enumerate(dxs):
             if self.need[i] and dx is not None and views[i].rect.volume:
                 _drop_axis(views[i].grad, self.views[i])[...] += dx
-        for n, v in zip(self.pnames, views[nin:]):
-            v.g[...] += dws[n]
+        for i, (n, v) in enumerate(zip(self.pnames, views[nin:])):
+            if self.wviews is None:
+                v.g[...] += dws[n]
+            else:
+                self._weight(i, k, v.g)[...] += dws[n]
         # the cache stays until the next F of this tile replaces it: a CUDA graph
         # that launches F runs no Python, and a live B then reads F's arrays
         _throttle(self.cfg.devices[k], t0)
@@ -245,8 +274,19 @@ class Executor:
     """Regions, plans and launches of one compiled model (see module docstring)."""
 
     def __init__(self, graph: Any, strategy: Any, optimizer: Any, loss: str,
-                 metrics: tuple[str, ...], seed: int, model_id: int) -> None:
+                 metrics: tuple[str, ...], seed: int, model_id: int,
+                 sync: str | None = None, machine: Any = None) -> None:
         self.rt = lr.get_runtime()
+        #: gradient synchronisation (docs/seam.md section 2): ``"shards"``
+        #: (update shards, copies, folds) or ``"collective"`` (nn/sync.py);
+        #: from ``sync``, else the strategy's ``sync``, else LEGIONPY_SYNC
+        self.sync = sync or getattr(strategy, "sync", None) or os.environ.get(
+            "LEGIONPY_SYNC", "shards")
+        if self.sync not in SYNC_MODES:
+            raise ModelError(f"sync mode {self.sync!r} is not one of {', '.join(SYNC_MODES)} "
+                             "(LEGIONPY_SYNC, Strategy.sync)")
+        self.csync: Any = None
+        self._flat_stale = False  # collective sync: parameter regions newer than the flat ones
         self.graph, self.strategy, self.opt = graph, strategy, optimizer
         self.loss, self.metrics, self.model_id = loss, metrics, model_id
         self.batch = graph.batch_size
@@ -267,11 +307,11 @@ class Executor:
             fields = {"val": dt} if op.kind == "input" else {"val": dt, "grad": dt}
             self.regions[op.name] = Region(op.output_shape, fields, name=op.name)
         self.params = graph.parameters()
-        self.pregions = {}
+        self._pregions = {}
         for name, p in self.params.items():
             fields = {f: np.dtype(p.dtype) for f in ("w", "g", *optimizer.fields)}
-            self.pregions[name] = Region(p.shape, fields, name=name)
-            self.pregions[name].write("w", initial_value(p, seed))
+            self._pregions[name] = Region(p.shape, fields, name=name)
+            self._pregions[name].write("w", initial_value(p, seed))
         self.plans: list[OpPlan] = []
         #: Batch norm running statistics, ``{op name: {"running_mean",
         #: "running_var"}}`` (host arrays, the same on every rank), and the
@@ -286,7 +326,8 @@ class Executor:
         #: :func:`legionpy.optimizer.mirror.install_standins`.
         self.standin: dict[str, float] | None = None
         #: the machine and cost model of the replay order (None: recorded order)
-        self.machine: Any = None
+        #: and of the collectives' algorithm choice (None: ring)
+        self.machine: Any = machine
         self.cost_model: Any = None
         self.set_strategy(strategy)
 
@@ -297,8 +338,15 @@ class Executor:
         running statistics carry over. Used by compile and by mappers that
         change the strategy between iterations (AdaptiveMapper)."""
         graph, model_id = self.graph, self.model_id
+        self._store_flat()  # the previous strategy's flat replicas, if any
         self.strategy = strategy
         self.rt.invalidate_traces()  # new launches: the steps are recorded again
+        self.csync = None
+        if self.sync == "collective":
+            from .sync import CollectiveSync
+
+            self.csync = CollectiveSync(self, strategy)
+            self._flat_stale = True
         self.plans = [OpPlan(self, op, strategy[op.name]) for op in graph.ops]
         for pl in self.plans:
             pl.buffers = self.buffers.get(pl.op.name, {})
@@ -306,8 +354,8 @@ class Executor:
         u_fields = ("w", "g", *self.opt.fields)
         sparse = {p.name for op in graph.ops if op.kind == "embedding"
                   for p in op.params.values()}
-        for name, tiles in weight_tiles(graph, strategy).items():
-            part = Partition.by_rects(self.pregions[name], {(t,): r for t, (r, _) in
+        for name, tiles in ({} if self.csync else weight_tiles(graph, strategy)).items():
+            part = Partition.by_rects(self._pregions[name], {(t,): r for t, (r, _) in
                                                             enumerate(update_points(tiles))})
             task = TaskFunction(self._update, [RW(*u_fields)], name=f"U({name})", kind="update")
             self.updates.append((part, task, LaunchOptions(f"U({name})", "update",
@@ -325,6 +373,29 @@ class Executor:
         if m.strategies.get(self.model_id, (None, None))[1] is not self.strategy:
             m.add(self.model_id, self.graph, self.strategy)
             self.rt.invalidate_traces()
+        if self.csync is not None:  # U(b.g) point p on group position p
+            m.table.update(self.csync.table)
+
+    # -- parameter values (collective sync keeps them in flat regions) --------------------
+    @property
+    def pregions(self) -> dict[str, Region]:
+        """``{parameter name: Region}`` (fields ``w``, ``g``, optimizer state),
+        up to date. Under collective sync the training steps update flat
+        replicas (nn/sync.py): they are written back here first, and read
+        again before the next step (a caller may write these regions)."""
+        self._store_flat()
+        if self.csync is not None:
+            self._flat_stale = True
+        return self._pregions
+
+    def _store_flat(self) -> None:
+        if self.csync is not None and not self._flat_stale:
+            self.csync.store(self._pregions, ("w", *self.opt.fields))
+
+    def _load_flat(self) -> None:
+        if self.csync is not None and self._flat_stale:
+            self.csync.load(self._pregions, ("w", *self.opt.fields))
+            self._flat_stale = False
 
     def check_runtime(self) -> Any:
         rt = lr.get_runtime()
@@ -342,7 +413,8 @@ class Executor:
             return None
         from .schedule import simulated_order
 
-        return simulated_order(self.graph, self.strategy, self.machine, self.cost_model)
+        return simulated_order(self.graph, self.strategy, self.machine, self.cost_model,
+                               self.sync)
 
     def traced(self, what: str) -> Any:
         """``with ex.traced("train"):`` one step as a trace (recorded the first
@@ -356,6 +428,7 @@ class Executor:
         j-th input op's batch. Inference folds every pending batch-norm
         statistic into the running statistics first."""
         self.install_mapper()
+        self._load_flat()
         if not training:
             self.fold_running_stats()
         with self.traced("forward"):
@@ -404,6 +477,7 @@ class Executor:
         """One iteration, as a trace; returns the FutureMap of the last op's B
         (loss, metrics)."""
         self.install_mapper()
+        self._load_flat()
         with self.traced("train"):
             fm = self._train_step(inputs, target, step)
         if len(self._stats) > 2:  # steps before the previous one have finished
@@ -426,11 +500,45 @@ class Executor:
                                 **kw)
             if pl.is_last:
                 fm = f
+        t = step + 1 if self.opt.uses_step else 1  # SGD: graph-capturable updates
         for part, task, opts, sparse in self.updates:
-            t = step + 1 if self.opt.uses_step else 1  # SGD: graph-capturable updates
             lr.index_launch(task, part.colors, part, t, sparse, opts.tag[0],
                             launch_options=opts)
+        if self.csync is not None:  # per bucket and group: RS -> U of each chunk -> AG
+            for g, rs, (part, task, opts, sparse), ag in self.csync.steps:
+                if rs is not None:
+                    rs()
+                lr.index_launch(task, part.colors, part, t, sparse, g.name,
+                                launch_options=opts)
+                if ag is not None:
+                    ag()
         return fm
+
+    def _cupdate(self, v: Any, step: int, sparse: dict, name: str = "") -> None:
+        """U of one chunk of a group's flat buffer (collective sync): the
+        optimizer on the chunk; embedding tables' elements only where their
+        gradient is nonzero (the rows this batch touched)."""
+        p = v.region.color[0]
+        if self.standin is not None:
+            return _stand_in(self, f"U:{name}[{p}]")
+        segs = sparse.get(p)
+        state = {f: v[f] for f in self.opt.fields}
+        if not segs:
+            self.opt.update(v.w, v.g, state, step)
+            return
+        keep = v.g != v.g  # all False, on the chunk's device
+        for lo, hi in segs:
+            keep[lo:hi] = True
+        idx = np.flatnonzero(~keep | (v.g != 0))
+        if not idx.size:
+            return
+        w, g = v.w[idx], v.g[idx]
+        st = {f: a[idx] for f, a in state.items()}
+        self.opt.update(w, g, st, step)
+        v.w[idx] = w
+        v.g[...] = 0
+        for f, a in st.items():
+            state[f][idx] = a
 
     def _update(self, v: Any, step: int, sparse: bool = False, name: str = "") -> None:
         if self.standin is not None:

@@ -26,12 +26,12 @@ import numpy as np
 
 from .. import progress
 from ..errors import ModelError, StrategyError
+from ..mapper.resolve import resolve_strategy
 from ..optimizer import Graph, Machine, Strategy
 from .data import DataLoader, shard
 from .execution import Executor
 from .losses import check_loss, check_metrics
 from .optimizers import SGD, as_optimizer
-from .strategies import resolve_strategy
 
 __all__ = ["Model", "History", "LAYERS"]
 
@@ -91,10 +91,14 @@ class Model:
 
     # -- compile ----------------------------------------------------------------------
     def compile(self, optimizer: Any = None, loss: str = "sparse_categorical_crossentropy",
-                metrics: Any = (), strategy: Any = "data", machine: Any = None) -> Model:
+                metrics: Any = (), strategy: Any = "data", machine: Any = None,
+                sync: str | None = None) -> Model:
         """Fix optimizer, loss, metrics and strategy ("data" | "model" | "owt" |
         "search" | Strategy | JSON path) for ``machine`` (default: this runtime's
-        devices, ``Machine.local``). Creates the regions and initial parameters."""
+        devices, ``Machine.local``). Creates the regions and initial parameters.
+        ``sync``: gradient synchronisation, ``"shards"`` or ``"collective"``
+        (default: the strategy's ``sync``, else ``LEGIONPY_SYNC``, else
+        shards; README "Many processes / collectives")."""
         from .. import runtime as lr
 
         if not self.graph.ops:
@@ -110,9 +114,9 @@ class Model:
                 self.strategy[last.name].degrees[-1] > 1:
             raise ModelError(f"metrics {self.metrics} need whole output rows but the strategy "
                              f"splits the last dim of {last.name!r}")
+        # replayed steps run in the machine's simulated order
         self._ex = Executor(self.graph, self.strategy, self.optimizer, self.loss, self.metrics,
-                            self.seed, self.id)
-        self._ex.machine = machine  # replayed steps run in its simulated order
+                            self.seed, self.id, sync=sync, machine=machine)
         self._nops = len(self.graph.ops)
         self._step = self._epoch = self._batch = 0
         return self

@@ -20,7 +20,7 @@ __all__ = ["simulated_order"]
 
 
 def simulated_order(graph: Any, strategy: Any, machine: Any,
-                    cost_model: Any = None) -> Callable[[list[dict]], dict]:
+                    cost_model: Any = None, sync: str = "shards") -> Callable[[list[dict]], dict]:
     """``order(records) -> {queue: [record ids]}`` for ``lp.trace(order=...)``,
     from a simulation of ``strategy`` on ``machine`` (made on first use)."""
 
@@ -28,7 +28,7 @@ def simulated_order(graph: Any, strategy: Any, machine: Any,
         from ..optimizer.mirror import simulated_starts, trace_labels
         from ..optimizer.simulator import Simulator
 
-        sim = Simulator(graph, machine, cost_model)
+        sim = Simulator(graph, machine, cost_model, sync=sync)
         sim.run(strategy)
         starts = simulated_starts(sim.tg)
         labels = trace_labels(records)

@@ -49,7 +49,7 @@ from ..errors import GraphError, StrategyError
 from ..geometry import Rect
 from . import kernels as K
 from .base import Operator, reduce_slice
-from .kernels.rnn import _activate, _dgates
+from .kernels.rnn import lstm_activate, lstm_dgates
 
 __all__ = ["Tile", "tile_kernel", "tile_forward", "tile_backward", "loss_gradient",
            "check_tiling", "EXECUTABLE", "LOSSES"]
@@ -446,7 +446,7 @@ class _LSTM:
         else:
             h_prev, c_prev = None, K.array_module(x).zeros((n, hs), x.dtype)
         z += t.ws["bias"].reshape(-1)
-        h, c, tanh_c = _activate(z, c_prev)
+        h, c, tanh_c = lstm_activate(z, c_prev)
         t.cache["lstm"] = (h_prev, z, c_prev, tanh_c)
         y = K.array_module(x).empty(t.out.shape, x.dtype)
         y[:, 0], y[:, 1] = h, c
@@ -458,7 +458,7 @@ class _LSTM:
         x = t.xs[0]
         hs, units = t.out.shape[2], op.attrs["units"]
         dz = K.array_module(gates).empty_like(gates)
-        dc_prev = _dgates(dy[:, 0], dy[:, 1], gates, c_prev, tanh_c, dz)
+        dc_prev = lstm_dgates(dy[:, 0], dy[:, 1], gates, c_prev, tanh_c, dz)
         w_ih = t.ws["w_ih"].reshape(4 * hs, -1)
         dws = {"w_ih": (dz.T @ x).reshape(4, hs, -1), "bias": dz.sum(axis=0).reshape(4, hs)}
         dxs = [dz @ w_ih if t.need(0) else None]

@@ -12,7 +12,7 @@ and A2).
   taken on a GPU can drive simulation elsewhere.
 
 :meth:`MeasuredCostModel.local` connects the measured model to the real
-tile kernels (:func:`legionpy.optimizer.profile.tile_runner`: numpy on a CPU,
+tile kernels (:func:`legionpy.optimizer.kernel_timing.tile_runner`: numpy on a CPU,
 CuPy on a GPU) with the on-disk cache :func:`default_cache_path`
 (``$LEGIONPY_CACHE/costs.json``, default ``~/.cache/legionpy/costs.json``).
 :func:`cost_model_from_spec` turns ``"analytic" | "measured" | FILE.json``
@@ -178,9 +178,9 @@ class MeasuredCostModel(AnalyticCostModel):
     @classmethod
     def local(cls, cache_path: str | None = None, **analytic) -> MeasuredCostModel:
         """Measured with the real tile kernels on this machine's devices
-        (:func:`legionpy.optimizer.profile.tile_runner`), cached in
+        (:func:`legionpy.optimizer.kernel_timing.tile_runner`), cached in
         ``cache_path`` (default :func:`default_cache_path`)."""
-        from .profile import tile_runner
+        from .kernel_timing import tile_runner
 
         path = cache_path or default_cache_path()
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -333,12 +333,12 @@ class TableCostModel(MeasuredCostModel):
 def default_cost_model(machine=None) -> CostModel:
     """The cost model of ``machine`` when the caller names none (the
     Simulator's and the search's default): for a preset backed by a recorded
-    GPU profile packaged with legionpy (:mod:`legionpy.optimizer.profiles`),
+    GPU profile packaged with legionpy (:mod:`legionpy.optimizer.recorded_profiles`),
     a :class:`TableCostModel` over it with the analytic model for tiles it
     lacks; else :class:`AnalyticCostModel`."""
     preset = getattr(machine, "preset", "")
     if preset:
-        from .profiles import preset_cost_model
+        from .recorded_profiles import preset_cost_model
 
         cm = preset_cost_model(preset)
         if cm is not None:

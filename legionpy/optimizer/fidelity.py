@@ -13,9 +13,10 @@ per-task work in Python is of the same order: the control thread analyses
 every point task (dependences, mapping, coherence) before a worker can run
 it, and each worker spends time on a task's prologue and epilogue around
 the kernel. Legion has the same costs; FlexFlow's simulator leaves them
-out because its GPU kernels dwarf them. :class:`RuntimeOverhead` measures
-them once per machine with empty tasks (never with the models being
-compared): ``launch_s`` + ``req_launch_s`` per region requirement (control
+out because its GPU kernels dwarf them. :class:`RuntimeOverhead` holds
+them, measured once per machine with empty tasks (never with the models
+being compared; :func:`legionpy.probe.overhead.measure_runtime_overhead`):
+``launch_s`` + ``req_launch_s`` per region requirement (control
 thread per point task), ``copy_launch_s`` (extra control-thread time per
 copy), ``task_s`` + ``req_task_s`` per requirement (worker time per task
 besides its kernel) and ``copy_s`` (per copy besides latency and bytes).
@@ -61,16 +62,14 @@ from __future__ import annotations
 
 import heapq
 import re
-import statistics
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
-__all__ = ["RuntimeOverhead", "measure_runtime_overhead", "simulate_with_runtime",
-           "simulate_strategy", "kendall_tau", "relative_error"]
+__all__ = ["RuntimeOverhead", "simulate_with_runtime", "simulate_strategy", "kendall_tau",
+           "relative_error", "requirement_counts"]
 
 
 # -- statistics ------------------------------------------------------------------------------
@@ -154,7 +153,7 @@ class RuntimeOverhead:
     def under_load(self, background_cores: float | None) -> RuntimeOverhead:
         """These figures on a machine where other programs keep
         ``background_cores`` cores busy (measured over the run,
-        :func:`~legionpy.optimizer.calibration.background_cores`): the job
+        :func:`~legionpy.probe.overhead.background_cores`): the job
         gets ``cores - background`` cores (at least 5% of one), processor
         sharing. Unchanged when nothing else ran or nothing was measured."""
         if not background_cores or self.cores <= 0:
@@ -177,112 +176,6 @@ class RuntimeOverhead:
         f = (np.log(max(intensity, 1e-12)) - np.log(lo)) / (np.log(hi) - np.log(lo))
         f = min(1.0, max(0.0, float(f)))
         return self.kernel_scale_mem + f * (self.kernel_scale - self.kernel_scale_mem)
-
-
-def _bcast(value: Any) -> Any:
-    """Rank 0's ``value`` on every rank (identity outside MPI)."""
-    from ..runtime.mpi import cluster, launched_under_mpi
-
-    if not launched_under_mpi():
-        return value
-    return cluster().coll.bcast(value, root=0)
-
-
-def _gather(value: Any) -> list[Any]:
-    """Every rank's ``value`` (a one-element list outside MPI)."""
-    from ..runtime.mpi import cluster, launched_under_mpi
-
-    if not launched_under_mpi():
-        return [value]
-    return cluster().coll.allgather(value)
-
-
-def measure_runtime_overhead(launches: int = 120, tile_rows: int = 16) -> RuntimeOverhead:
-    """Measure :class:`RuntimeOverhead` on the current runtime with empty
-    tasks (never with the models being compared): index launches of one
-    point per device with 1 and with 6 region requirements (the per-task and
-    per-requirement terms are the line through the two medians, for the
-    control thread and for the workers), then pairs of launches where the
-    second reads, with a one-tile shift, what the first wrote on another
-    device (one copy per point: the extra control-thread time of the second
-    launch, and the copy records' durations less the link model's latency
-    and bytes). Under MPI it is collective and returns rank 0's figures on
-    every rank. Takes ~0.3 s."""
-    from .. import runtime as lr
-    from ..regions import WD, Partition, R, Region
-    from ..runtime import LaunchOptions, TaskFunction
-
-    rt = lr.get_runtime()
-    n = len(rt.devices)
-    shape = (n * tile_rows, 16)
-    regs = [Region(shape, {"x": np.float32}, name=f"_ovh_{i}") for i in range(6)]
-    for r in regs:
-        r.write("x", np.zeros(shape, np.float32))
-    parts = [Partition.equal(r, (n, 1)) for r in regs]
-    colors = parts[0].colors
-    shifted = Partition.by_rects(regs[1], {c: parts[1][((c[0] + 1) % n, 0)].rect
-                                           for c in colors})
-
-    def empty(*_args: Any) -> None:
-        return None
-
-    tasks = {}
-    for k in (1, 6):
-        tasks[k] = (TaskFunction(empty, [WD("x")] + [R("x")] * (k - 1), name=f"_ovh_{k}",
-                                 kind="compute"), LaunchOptions(f"_ovh_{k}", "compute", None))
-    wr = (TaskFunction(empty, [WD("x")], name="_ovh_w", kind="compute"),
-          LaunchOptions("_ovh_w", "compute", None))
-    rd = (TaskFunction(empty, [WD("x"), R("x")], name="_ovh_r", kind="compute"),
-          LaunchOptions("_ovh_r", "compute", None))
-
-    def launch(t: tuple, args: list) -> float:
-        t0 = time.perf_counter()
-        lr.index_launch(t[0], colors, *args, launch_options=t[1])
-        return (time.perf_counter() - t0) / n
-
-    control: dict[int, list] = {1: [], 6: []}
-    for k, t in tasks.items():
-        for _ in range(10):  # warm up the launch path's caches
-            launch(t, parts[:k])
-        lr.fence()
-    with rt.trace.tap() as tap:  # leaves the user's LEGIONPY_TRACE whole
-        for i in range(launches):
-            for k, t in tasks.items():
-                control[k].append(launch(t, parts[:k]))
-            if i % 10 == 9:
-                lr.fence()  # keep the queues short: the workers never starve the control thread
-        lr.fence()
-        plain, copied = [], []
-        if n > 1:
-            for i in range(launches // 2):
-                launch(wr, [parts[1]])
-                plain.append(launch(rd, [parts[2], parts[1]]))
-                launch(wr, [parts[1]])
-                copied.append(launch(rd, [parts[2], shifted]))
-                if i % 10 == 9:
-                    lr.fence()
-        lr.fence()
-    recs = tap.records()
-    med = statistics.median
-    work = {k: [r["end"] - r["start"] for r in recs if r["kind"] == "compute"
-                and r["name"].startswith(f"_ovh_{k}")] for k in (1, 6)}
-    copies = [r["end"] - r["start"] for r in recs if r["kind"] == "copy"]
-    c1, c6 = med(control[1]), med(control[6])
-    w1, w6 = med(work[1]), med(work[6])
-    mine = {"req_launch_s": max(0.0, (c6 - c1) / 5), "req_task_s": max(0.0, (w6 - w1) / 5)}
-    mine["launch_s"] = max(0.0, c1 - mine["req_launch_s"])
-    mine["task_s"] = max(0.0, w1 - mine["req_task_s"])
-    mine["copy_launch_s"] = max(0.0, med(copied) - med(plain)) if copied else 0.0
-    mine["copy_s"] = 0.0
-    # Copies: subtract what the link model already charges (latency + bytes / bw).
-    if copies and n > 1:
-        from .machine import Machine
-
-        ln = Machine.local().links[0]
-        nbytes = tile_rows * 16 * 4
-        mine["copy_s"] = max(0.0, med(copies) - ln.latency - nbytes / ln.bandwidth)
-    figures = _bcast(mine)
-    return RuntimeOverhead(machine="", **figures)
 
 
 # -- simulation with the runtime's overhead --------------------------------------------------
@@ -326,7 +219,7 @@ def _issue_keys(tasks: list[dict], preds: list[list[int]], succs: list[list[int]
     return keys  # type: ignore[return-value]
 
 
-def _requirements(tasks: list[dict], graph: Any, update_fields: int) -> list[int]:
+def requirement_counts(tasks: list[dict], graph: Any, update_fields: int) -> list[int]:
     """Region requirements (argument x field) of every task, as the layer API
     launches them (legionpy/nn/execution.py): ``F(op)`` writes its output and
     reads its inputs and weights; ``B(op)`` reads the output's value (and
@@ -416,7 +309,7 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
             for p in op.params.values():
                 param_index.setdefault(p.name, len(param_index))
     keys = _issue_keys(tasks, preds, succs, op_index, param_index)
-    reqs = _requirements(tasks, graph, update_fields)
+    reqs = requirement_counts(tasks, graph, update_fields)
     # the control thread issues every task in launch order
     issued = [0.0] * n
     clock = overhead.step_s

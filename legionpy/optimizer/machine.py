@@ -32,17 +32,15 @@ local      the CPU devices of this process: one direct directed link per
 
 A preset machine remembers its preset (``machine.preset``): its default
 cost model is the recorded GPU profile packaged for that preset when there
-is one (:mod:`legionpy.optimizer.profiles`), else the analytic roofline.
+is one (:mod:`legionpy.optimizer.recorded_profiles`), else the analytic roofline.
 """
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import json
 import os
 import re
-import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -255,7 +253,7 @@ class Machine:
         if not self.calibration:
             d = self.to_dict()
             if self.preset:  # strategies found on a recorded profile differ
-                from .profiles import preset_profile
+                from .recorded_profiles import preset_profile
 
                 prof = preset_profile(self.preset)
                 if prof is not None:
@@ -347,188 +345,24 @@ class Machine:
         / ``LEGIONPY_GPUS`` per rank, every rank of an ``mpirun`` job), nodes
         grouped by host name, with one direct directed link per ordered pair of
         devices whose bandwidth and latency come from the job's calibration
-        (:func:`legionpy.runtime.calibrate.describe_job`: memcpy inside a
+        (:func:`legionpy.probe.job.describe_job`: memcpy inside a
         process, MPI ping-pong between ranks of a host and between hosts),
         cached per job. Under MPI this is collective: call it on every rank.
         Device ``i`` of the machine is runtime device ``i``, and each link is
         the runtime's link worker for that ordered pair.
 
-        The CPU figures (:func:`cpu_figures`: medians of repeated runs) and
-        the link figures are measured once per machine and cached on disk,
+        The CPU figures (:func:`legionpy.probe.machine.cpu_figures`: medians
+        of repeated runs) and the link figures are measured once per machine
+        and cached on disk,
         so identical runs build the identical model; :meth:`cache_key` names
-        those records, not their figures. ``refresh``: measure again."""
-        if n_cpu_devices is not None:
-            n = int(n_cpu_devices)
-            if n < 1:
-                raise MachineError(f"n_cpu_devices must be >= 1, got {n_cpu_devices}")
-            cpu = cpu_figures(refresh)
-            flops, bw = cpu["flops"], cpu["bandwidth"]
-            devs = [DeviceSpec(i, f"cpu{i}", "cpu", 0, flops, bw, _host_memory(), float("inf"))
-                    for i in range(n)]
-            link = {(a, b): (bw, 2e-6) for a in range(n) for b in range(n) if a != b}
-            return cls(devs, _pair_links(devs, link), (), f"local:{n}",
-                       _calibration_id(cpu))
+        those records, not their figures. ``refresh``: measure again.
 
-        from ..runtime import get_runtime
-        from ..runtime.calibrate import describe_job
-        from ..runtime.mpi import cluster, launched_under_mpi
+        The optimizer never measures: this is
+        :func:`legionpy.probe.machine.local_machine`, kept here because it is
+        the documented spelling."""
+        from ..probe.machine import local_machine
 
-        runtime_devices = get_runtime().devices
-        job = describe_job(refresh)
-        if launched_under_mpi():  # rank 0 measures (or reads): every rank builds its machine
-            coll = cluster().coll
-            cpu = coll.bcast(cpu_figures(refresh) if coll.Get_rank() == 0 else None, root=0)
-        else:
-            cpu = cpu_figures(refresh)
-        flops = cpu["flops"]
-        figures = job["links"]
-        hosts = job["hosts"]
-        node_of_host = {h: i for i, h in enumerate(sorted(set(hosts)))}
-        memcpy = figures["memcpy"]
-        devs = []
-        for d in runtime_devices:
-            node = node_of_host[hosts[d.rank]]
-            if d.kind == "gpu":
-                gpu = figures.get("gpu_memcpy", memcpy)
-                devs.append(DeviceSpec(d.id, f"gpu{d.id}", "gpu", node, _GPU_FLOPS,
-                                       gpu["bandwidth"], 16 * 2**30, memcpy["bandwidth"]))
-            else:
-                devs.append(DeviceSpec(d.id, f"cpu{d.id}", "cpu", node, flops,
-                                       memcpy["bandwidth"], _host_memory(), float("inf")))
-        link = {}
-        for a in runtime_devices:
-            for b in runtime_devices:
-                if a.id == b.id:
-                    continue
-                if a.rank == b.rank:
-                    f = figures.get("gpu_memcpy", memcpy) if "gpu" in (a.kind, b.kind) else memcpy
-                elif hosts[a.rank] == hosts[b.rank]:
-                    f = figures.get("intra_node", memcpy)
-                else:
-                    f = figures.get("inter_node", figures.get("intra_node", memcpy))
-                link[a.id, b.id] = (f["bandwidth"], f["latency"])
-        ranks = job["ranks"]
-        name = f"local:{len(devs)}" if ranks == 1 else f"local:{ranks}r{len(devs)}"
-        return cls(devs, _pair_links(devs, link), (), name, _calibration_id(cpu, job))
-
-
-def _calibration_id(cpu: dict, job: dict | None = None) -> str:
-    """The identity of the calibration records a local machine is built from:
-    their keys and measurement stamps (a new measurement is a new identity),
-    not their figures."""
-    parts = [f"cpu-{cpu['key']}@{cpu.get('measured_at', 0):.6f}"]
-    if job is not None:
-        parts.append(f"job-{job.get('key', '')}@{job.get('measured_s', 0)!r}")
-    return "/".join(parts)
-
-
-#: nominal FP32 peak for a GPU the calibration did not time (used only for
-#: the analytic cost model; measured profiles replace it)
-_GPU_FLOPS = 50e12
-
-
-def _pair_links(devs: list[DeviceSpec], figures: dict) -> list[LinkSpec]:
-    """One directed link per ordered pair ``(a, b)`` in ``figures`` ->
-    ``(bandwidth, latency)``, in row-major pair order."""
-    links = []
-    for a in devs:
-        for b in devs:
-            if (a.id, b.id) in figures:
-                bw, lat = figures[a.id, b.id]
-                links.append(LinkSpec(len(links), a.name, b.name, float(bw), float(lat),
-                                      f"{a.name}->{b.name}"))
-    return links
-
-
-_CPU_FORMAT = 2  # bump when the method changes: older records are measured again
-_cpu_memo: dict[str, dict] = {}
-
-
-def _cpu_identity() -> dict:
-    """What the CPU figures depend on, never what they measured: host, CPU
-    model, cores this process may use, numpy and its BLAS (the measurement
-    runs with one BLAS thread, as each device worker does)."""
-    import platform
-    import socket
-
-    model = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f
-                          if ln.startswith("model name")), model)
-    except OSError:
-        pass
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    return {"host": socket.gethostname(), "machine": platform.machine(), "cpu": model,
-            "cores": cores, "numpy": np.__version__, "format": _CPU_FORMAT}
-
-
-def _measure_cpu(repeats: int = 31) -> dict:
-    """Median memcpy bytes/s (4 MiB) and float32 GEMM FLOP/s (256 x 256, one
-    BLAS thread) over ``repeats`` runs after a warm-up: ~50 ms. The median,
-    not the best, so one lucky or one preempted run does not move it."""
-    from threadpoolctl import threadpool_limits
-
-    a = np.ones(4 * 2**20 // 8)
-    b = np.empty_like(a)
-    m = np.ones((256, 256), np.float32)
-    copy_s, mm_s = [], []
-    with threadpool_limits(1):
-        for i in range(repeats + 3):
-            t0 = time.perf_counter()
-            np.copyto(b, a)
-            t1 = time.perf_counter()
-            m @ m
-            t2 = time.perf_counter()
-            if i >= 3:  # warm-up: page faults, BLAS initialisation
-                copy_s.append(t1 - t0)
-                mm_s.append(t2 - t1)
-    return {"bandwidth": float(a.nbytes / max(float(np.median(copy_s)), 1e-9)),
-            "flops": float(2 * 256**3 / max(float(np.median(mm_s)), 1e-9)),
-            "repeats": repeats, "measured_at": time.time()}
-
-
-def cpu_figures(refresh: bool = False) -> dict:
-    """This CPU's memcpy bandwidth (bytes/s) and GEMM FLOP/s per device, as
-    ``{"bandwidth", "flops", "key", "measured_at", ...}``: measured once
-    (:func:`_measure_cpu`, medians) and cached in memory and on disk under
-    ``$LEGIONPY_CACHE/cpu-KEY.json`` (default ``~/.cache/legionpy``), ``KEY``
-    a hash of :func:`_cpu_identity`, so identical runs on one machine build
-    the identical local machine model. ``refresh``: measure again."""
-    from ..atomic import atomic_write_json, cache_dir
-
-    ident = _cpu_identity()
-    key = hashlib.sha1(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
-    if not refresh and key in _cpu_memo:
-        return _cpu_memo[key]
-    path = cache_dir() / f"cpu-{key}.json"
-    found = None
-    if not refresh:
-        try:
-            found = json.loads(path.read_text())
-            if not (found.get("flops", 0) > 0 and found.get("bandwidth", 0) > 0):
-                found = None
-        except (OSError, ValueError, AttributeError):
-            found = None
-    if found is None:
-        found = {**_measure_cpu(), "key": key, "identity": ident}
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_json(path, found)
-        except OSError:
-            pass  # a read-only cache: this process keeps its figures in memory
-    _cpu_memo[key] = found
-    return found
-
-
-def _host_memory() -> float:
-    try:
-        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError):
-        return 16.0 * 2**30
+        return local_machine(n_cpu_devices, refresh)
 
 
 class _Builder:

@@ -140,6 +140,8 @@ def check(sim) -> Feasibility:
     cat = np.where(kind == COPY, 1, np.where(kind == UPDATE, 2, 0))
     per = np.bincount(cat * D + dev, mb, minlength=3 * D).reshape(3, D)
     per = np.vstack([per, tg.buffer_bytes()[None, :]])
+    if tg.sym is not None:  # symmetric simulation: device d is node 0's d % G
+        per = per[:, np.arange(D) % tg.sym[1]]
     total = per.sum(0)
     peak, cap, over, brk = {}, {}, {}, {}
     for d in range(D):

@@ -11,6 +11,12 @@ Both halves become a :class:`MirrorGraph`:
   id order). In a trace the task a copy feeds is the lowest-id task that
   waits for it (the task whose analysis issued it); in a task graph it is
   named by the copy's key (a multi-hop route counts as one copy);
+- collectives (docs/seam.md) as units: ``RS:b<bucket>.<group>`` /
+  ``AG:b<bucket>.<group>`` with ``(kind, group, algorithm, bytes)``; their
+  per-step link events are not compared one by one (the simulator has the
+  collective as one node). A runtime trace records one as ``{"kind":
+  "collective", "name": "RS(b0.0)", "collective", "group", "algorithm",
+  "bytes", "deps", "steps": [...]}``;
 - dependences as reachability between those nodes (the runtime records
   redundant, transitively implied edges; lazy fills are contracted);
 - ``order``: the nodes in id order (trace) or key order (task graph): the
@@ -36,6 +42,7 @@ __all__ = ["MirrorGraph", "traced_taskgraph", "taskgraph_form", "compare", "inst
            "device_orders", "trace_labels", "simulated_starts"]
 
 _NAME = re.compile(r"^([FBU])\((.*)\)$")
+_COLL = re.compile(r"^(RS|AG|AR)\((.*)\)$")
 
 
 @dataclass
@@ -46,11 +53,14 @@ class MirrorGraph:
 
     tasks: dict[str, int] = field(default_factory=dict)
     copies: dict[str, tuple] = field(default_factory=dict)
+    #: {label: (kind, group, algorithm, bytes)} of the collectives
+    collectives: dict[str, tuple] = field(default_factory=dict)
     order: list[str] = field(default_factory=list)
     reach: dict[str, set] = field(default_factory=dict)
 
     def summary(self) -> str:
-        return f"{len(self.tasks)} tasks, {len(self.copies)} copies"
+        return (f"{len(self.tasks)} tasks, {len(self.copies)} copies"
+                + (f", {len(self.collectives)} collectives" if self.collectives else ""))
 
 
 def _copy_label(fed: str, src: int, dst: int, nbytes: int, seen: dict) -> str:
@@ -126,6 +136,10 @@ def _labels(by_id: dict[int, dict]) -> dict[int, str]:
             if m is None or k is None:
                 continue  # a task outside the layer API
             name_of[i] = f"{m.group(1)}:{m.group(2)}[{k}]"
+        elif r["kind"] == "collective":
+            m = _COLL.match(r["name"])
+            if m is not None:
+                name_of[i] = f"{m.group(1)}:{m.group(2)}"
     fed: dict[int, int] = {}
     for i in ids:
         if i in name_of:
@@ -157,6 +171,9 @@ def traced_taskgraph(records: list[dict]) -> MirrorGraph:
         if r["kind"] == "copy":
             fed = lab[2:lab.index("@")]
             g.copies[lab] = (fed, r["link"][0], r["link"][1], int(r["bytes"]))
+        elif r["kind"] == "collective":
+            g.collectives[lab] = (r["collective"], tuple(r["group"]), r["algorithm"],
+                                  int(r["bytes"]))
         else:
             g.tasks[lab] = r["device"]
         g.order.append(lab)
@@ -203,7 +220,11 @@ def taskgraph_form(tg: Any) -> MirrorGraph:
         if tg.kind[s] != COPY:
             name = tg.task_name(s)
             label[s] = name
-            g.tasks[name] = int(tg.res[s])
+            info = tg.coll_info.get(int(tg.key[s]))
+            if info is not None:
+                g.collectives[name] = (info[0], tuple(info[1]), info[2], int(info[3]))
+            else:
+                g.tasks[name] = int(tg.res[s])
             g.order.append(name)
             continue
         L, _, k, arg, c, hop = unpack_key(int(tg.key[s]))
@@ -251,6 +272,17 @@ def compare(a: MirrorGraph, b: MirrorGraph, names: tuple[str, str] = ("trace", "
         out.append(f"copy {c} (feeds {a.copies[c][0]}) is in the {na} only")
     for c in sorted(b.copies.keys() - a.copies.keys()):
         out.append(f"copy {c} (feeds {b.copies[c][0]}) is in the {nb} only")
+    for c in sorted(a.collectives.keys() - b.collectives.keys()):
+        out.append(f"collective {c} {a.collectives[c]} is in the {na} only")
+    for c in sorted(b.collectives.keys() - a.collectives.keys()):
+        out.append(f"collective {c} {b.collectives[c]} is in the {nb} only")
+    for c in sorted(a.collectives.keys() & b.collectives.keys()):
+        x, y = a.collectives[c], b.collectives[c]
+        if x != y:
+            what = ", ".join(f"{f} {u!r} in the {na}, {v!r} in the {nb}"
+                             for f, u, v in zip(("kind", "group", "algorithm", "bytes"), x, y)
+                             if u != v)
+            out.append(f"collective {c}: {what}")
     if not out:
         for n in a.order:
             ra, rb = a.reach.get(n, set()), b.reach.get(n, set())

@@ -539,8 +539,10 @@ def delta_sim(new, new_hint, pend, checks, alive, dur, res, key, esrc, edst, out
 
 
 @njit(cache=True)
-def summarize(alive, res, dur, kind, nbytes, mdev, mbytes, end, n_res, n_dev, copy_kind):
-    """One pass over the tasks: busy seconds and copied bytes per resource,
+def summarize(alive, res, dur, kind, nbytes, mdev, mbytes, end, n_res, n_dev, copy_kind,
+              coll_kind=-1):
+    """One pass over the tasks: busy seconds and copied bytes (copies, and
+    collectives: the bytes their steps move over links) per resource,
     memory per device, the last end time and the number of tasks."""
     busy = np.zeros(n_res)
     moved = np.zeros(n_res)
@@ -552,7 +554,7 @@ def summarize(alive, res, dur, kind, nbytes, mdev, mbytes, end, n_res, n_dev, co
             n += 1
             r = res[t]
             busy[r] += dur[t]
-            if kind[t] == copy_kind:
+            if kind[t] == copy_kind or kind[t] == coll_kind:
                 moved[r] += nbytes[t]
             mem[mdev[t]] += mbytes[t]
             if end[t] > last:

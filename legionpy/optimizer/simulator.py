@@ -34,7 +34,7 @@ from . import memory
 from . import simkernels as K
 from .costmodel import CostModel, default_cost_model
 from .memory import Feasibility
-from .taskgraph import COPY, TaskGraph
+from .taskgraph import COLLECTIVE, COPY, TaskGraph
 
 __all__ = ["Simulator", "SimResult"]
 
@@ -54,6 +54,10 @@ class SimResult:
     #: the largest overflow of any device's memory (0.0 when feasible)
     memory_over_bytes: float = 0.0
     capacity: dict = field(default_factory=dict)
+    #: symmetric simulation (optimizer/symmetry.py): the number of identical
+    #: nodes node 0 stood for (1: the full graph was simulated); link
+    #: figures are then node 0's links and the communicators
+    classes: int = 1
 
     @property
     def search_cost(self) -> float:
@@ -70,8 +74,12 @@ class SimResult:
 
     @property
     def bytes_moved(self) -> float:
-        """Bytes over all links (a multi-hop copy counts once per hop)."""
-        return float(sum(self.bytes_per_link.values()))
+        """Bytes over all links (a multi-hop copy counts once per hop; a
+        collective, every link of every step; node 0's copies ``classes``
+        times under symmetric simulation)."""
+        comm = sum(v for k, v in self.bytes_per_link.items() if k.startswith("comm:"))
+        rest = sum(v for k, v in self.bytes_per_link.items() if not k.startswith("comm:"))
+        return float(comm + self.classes * rest)
 
     def to_dict(self) -> dict:
         return {"iteration_time_s": self.iteration_time_s, "bytes_moved": self.bytes_moved,
@@ -89,10 +97,13 @@ class Simulator:
     Keeps the last task graph so :meth:`delta` can update it op by op."""
 
     def __init__(self, graph, machine, cost_model: CostModel | None = None,
-                 optimizer_slots: int = 1) -> None:
+                 optimizer_slots: int = 1, sync: str = "shards") -> None:
         self.graph, self.machine = graph, machine
         self.cost = cost_model or default_cost_model(machine)
-        self.tg = TaskGraph(graph, machine, self.cost, optimizer_slots)
+        #: gradient synchronisation, :data:`.taskgraph.SYNC_MODES`: ``shards``
+        #: (what the runtime runs today) or ``collective`` (docs/seam.md)
+        self.sync = sync
+        self.tg = TaskGraph(graph, machine, self.cost, optimizer_slots, sync)
         #: heap pops of the last delta(), or -1 if it fell back to a full
         #: reschedule (only on an internal invariant failure; never expected)
         self.last_delta_pops = 0
@@ -135,9 +146,11 @@ class Simulator:
         simulated strategy and re-simulate what that changes."""
         if self.tg.strategy is None:
             raise StrategyError("delta() needs a previous run(); simulate a strategy first")
+        if self.tg.sym is not None:  # a symmetric graph: node 0's tasks only
+            return self.run(self.tg.strategy.with_config(op_name, config))
         new, new_hint, pend, checks = self.tg.change(op_name, config)
         tg = self.tg
-        if self._ws is None or len(self._ws[0]) != tg.cap_t:
+        if self._ws is None or len(self._ws[0]) != tg.cap_t or len(self._ws[4]) != tg.n_res:
             n = tg.cap_t
             self._ws = (np.zeros(n, np.int8), np.zeros(n), np.zeros(n, np.int64),
                         np.zeros(n, np.int64), np.zeros(tg.n_res, np.int64),
@@ -172,22 +185,36 @@ class Simulator:
         tg, m = self.tg, self.machine
         D = tg.D
         busy, nbytes, mem, last, n = K.summarize(tg.alive, tg.res, tg.dur, tg.kind, tg.nbytes,
-                                                 tg.mdev, tg.mbytes, tg.end, tg.n_res, D, COPY)
+                                                 tg.mdev, tg.mbytes, tg.end, len(tg.dhead), D, COPY,
+                                                 COLLECTIVE)
         mem = mem + tg.buffer_bytes()  # reduction and staging buffers (optimizer/memory.py)
+        classes = 1
+        if tg.sym is not None:  # node m's figures are node 0's (optimizer/symmetry.py)
+            classes, G = tg.sym
+            rep = np.arange(D) % G
+            busy = busy.copy()
+            busy[:D] = busy[rep]
+            mem = mem[rep]
+            local = int((tg.res[tg.alive] < D + m.num_links).sum())  # node 0's tasks
+            n = n + (classes - 1) * local
         bad = [m.devices[d].name for d in range(D) if mem[d] > m.devices[d].memory]
         cap = {m.devices[d].name: float(m.devices[d].memory) for d in range(D)}
         links = {ln.name: float(busy[D + ln.id]) for ln in m.links if busy[D + ln.id] > 0}
+        comm = {tg.resource_name(r): r for r in tg.comms.values()}
+        links.update({c: float(busy[r]) for c, r in comm.items() if busy[r] > 0})
+        link_bytes = {ln.name: float(nbytes[D + ln.id]) for ln in m.links
+                      if nbytes[D + ln.id] > 0}
+        link_bytes.update({c: float(nbytes[r]) for c, r in comm.items() if nbytes[r] > 0})
         return SimResult(
             iteration_time_s=float(last),
             per_device_busy_s={m.devices[d].name: float(busy[d]) for d in range(D)},
             per_link_busy_s=links,
-            bytes_per_link={ln.name: float(nbytes[D + ln.id]) for ln in m.links
-                            if nbytes[D + ln.id] > 0},
+            bytes_per_link=link_bytes,
             peak_memory={m.devices[d].name: float(mem[d]) for d in range(D)},
             feasible=not bad, infeasible_devices=bad, num_tasks=int(n),
             memory_over_bytes=max((float(mem[d] - m.devices[d].memory) for d in range(D)
                                    if mem[d] > m.devices[d].memory), default=0.0),
-            capacity=cap)
+            capacity=cap, classes=classes)
 
     def timeline(self) -> dict:
         """``{key: (start_s, end_s)}`` for every task (keys: stable ids)."""

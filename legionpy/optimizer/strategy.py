@@ -111,8 +111,11 @@ class ParallelConfig:
                         "ungrouped convolutions without a fused activation, and embeddings, "
                         "have one)"))
         if machine is not None:
+            nd = machine.num_devices
+            if self.devices and 0 <= min(self.devices) and max(self.devices) < nd:
+                return
             for dev in self.devices:
-                if not 0 <= dev < machine.num_devices:
+                if not 0 <= dev < nd:
                     raise StrategyError(f"op {op.name!r}: device id {dev} is outside machine "
                                         f"{machine.name!r} (0..{machine.num_devices - 1})")
 
@@ -250,7 +253,33 @@ class Strategy(Mapping[str, ParallelConfig]):
         devs = list(range(n))
         out = {}
         for op in graph.ops:
-            out[op.name] = _split_first(op, ("sample", "parameter", "attribute"), devs)
+            out[op.name] = split_first(op, ("sample", "parameter", "attribute"), devs)
+        return cls(out, graph.name, machine.name)
+
+    @classmethod
+    def hybrid(cls, graph, machine) -> Strategy:
+        """Data parallel across nodes, tensor parallel inside each: an op
+        whose sample dim divides by the node count ``N`` and whose parameter
+        dim (after it) by the GPUs per node ``G`` gets degrees ``N`` and
+        ``G`` (tile ``(m, j)`` on GPU ``j`` of node ``m``); every other op is
+        data parallel. Every node does the same work and only the weight
+        collectives cross nodes (node-symmetric: docs/seam.md section 4)."""
+        n = machine.num_devices
+        N = machine.num_nodes
+        G = n // N
+        devs = list(range(n))
+        out = {}
+        for op in graph.ops:
+            dims, shape = op.dims, op.output_shape
+            s = dims.index("sample") if "sample" in dims else None
+            p = dims.index("parameter") if "parameter" in dims else None
+            if (N > 1 and G > 1 and s is not None and p is not None and s < p
+                    and shape[s] % N == 0 and shape[p] % G == 0):
+                degs = [1] * len(shape)
+                degs[s], degs[p] = N, G
+                out[op.name] = ParallelConfig(tuple(degs), tuple(devs))
+            else:
+                out[op.name] = split_first(op, ("sample", "parameter", "attribute"), devs)
         return cls(out, graph.name, machine.name)
 
     @classmethod
@@ -260,7 +289,7 @@ class Strategy(Mapping[str, ParallelConfig]):
         devs = list(range(num_devices or machine.num_devices))
         out = {}
         for op in graph.ops:
-            out[op.name] = _split_first(op, ("parameter", "attribute"), devs)
+            out[op.name] = split_first(op, ("parameter", "attribute"), devs)
         return cls(out, graph.name, machine.name)
 
     @classmethod
@@ -272,7 +301,7 @@ class Strategy(Mapping[str, ParallelConfig]):
         for op in graph.ops:
             order = ("parameter", "sample") if op.kind == "dense" else (
                 "sample", "parameter", "attribute")
-            out[op.name] = _split_first(op, order, devs)
+            out[op.name] = split_first(op, order, devs)
         return cls(out, graph.name, machine.name)
 
     @classmethod
@@ -295,7 +324,7 @@ class Strategy(Mapping[str, ParallelConfig]):
         out = {}
         for op in graph.ops:
             devs = [p[layer_of[op.name] % len(p)] for p in per_node]
-            out[op.name] = _split_first(op, ("sample", "parameter"), devs)
+            out[op.name] = split_first(op, ("sample", "parameter"), devs)
         return cls(out, graph.name, machine.name)
 
     @classmethod
@@ -336,7 +365,7 @@ def megatron_pairs(graph) -> list[tuple]:
     return out
 
 
-def _split_first(op, labels, devs) -> ParallelConfig:
+def split_first(op, labels, devs) -> ParallelConfig:
     """Split the first dim whose label comes first in ``labels`` by the largest
     divisor of its size that is <= len(devs)."""
     nd = len(op.output_shape)
@@ -350,4 +379,4 @@ def _split_first(op, labels, devs) -> ParallelConfig:
 
 #: strategy names a user can type -> Strategy constructor
 NAMED = {"data": "data_parallel", "model": "model_parallel", "owt": "owt", "expert": "expert",
-         "megatron": "megatron"}
+         "megatron": "megatron", "hybrid": "hybrid"}

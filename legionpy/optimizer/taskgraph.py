@@ -68,19 +68,31 @@ simulator; the ``--taskgraph`` JSON numbers tasks ``0..n-1`` in key order.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
+from .. import collectives
 from ..errors import StrategyError
+from ..geometry import Rect, block_bound, block_bounds
 from ..placement import param_tiles, update_points
 from ..regions.coherence import FieldState, Piece, Request, choose_source
 from . import simkernels as K
-from .replicated import replicated_block
+from .collective_block import CollectiveCosts, bucket_block
+from .costmodel import MIN_DURATION
+from .replica_blocks import replicated_block
+from .symmetry import Asymmetric, node_classes, symmetric_blocks
 
-__all__ = ["TaskGraph", "pack_key", "unpack_key", "KIND_NAMES"]
+__all__ = ["TaskGraph", "pack_key", "unpack_key", "KIND_NAMES", "SYNC_MODES"]
 
-MAXT = 1024  # tiles per op
-F_, B_, COPY, UPDATE, LOAD = 0, 1, 2, 3, 4
-KIND_NAMES = ("compute", "compute", "copy", "update", "compute")
+MAXT = 65536  # tiles per op (edge codes; the key's k field); a task graph holds
+# at most max(1024, devices) tiles per op (``TaskGraph.maxt``)
+F_, B_, COPY, UPDATE, LOAD, COLLECTIVE = 0, 1, 2, 3, 4, 5
+KIND_NAMES = ("compute", "compute", "copy", "update", "compute", "collective")
+#: gradient synchronisation: ``shards`` (point-to-point copies to update
+#: shards, docs/taskgraph.md) or ``collective`` (reduce-scatter + all-gather
+#: per bucket, docs/seam.md)
+SYNC_MODES = ("shards", "collective")
 _CID = 1 << 40  # copy ids handed to FieldState (codes >= _CID)
 
 
@@ -111,6 +123,28 @@ def _code(d, cmap):
     if d >= _CID:
         return cmap[d]
     return d
+
+
+def comm_name(group) -> str:
+    """``comm:<devices>`` of a communicator, runs of consecutive ids as
+    ``a-b`` (``comm:0-15``, ``comm:0,4,8,12``): the same name however the
+    task graph was reached (full build or a chain of deltas)."""
+    runs, out = [], []
+    for d in group:
+        if runs and d == runs[-1][1] + 1:
+            runs[-1][1] = d
+        else:
+            runs.append([d, d])
+    for a, b in runs:
+        out.append(str(a) if a == b else f"{a}-{b}")
+    return "comm:" + ",".join(out)
+
+
+def _lazy_split(rect, degrees):
+    """``rect.split(degrees)`` as an iterator (row-major)."""
+    bounds = [block_bounds(lo, hi, k) for lo, hi, k in zip(rect.lo, rect.hi, degrees)]
+    for combo in itertools.product(*bounds):
+        yield Rect._raw(tuple(b[0] for b in combo), tuple(b[1] for b in combo))
 
 
 def _pkey(p):
@@ -164,9 +198,10 @@ class _Block:
     ``ends``: copies ``src * 65536 + dst`` (devices of the whole copy), else -1."""
 
     __slots__ = ("key", "dur", "res", "kind", "nbytes", "mdev", "mbytes", "ends", "esrc",
-                 "edst", "tmem", "thold")
+                 "edst", "tmem", "thold", "info")
 
     def __init__(self, tasks, edges, tmem=None, thold=None):
+        self.info = {}  # collective tasks: key -> (kind, group, algorithm, bytes)
         cols = list(zip(*tasks)) if tasks else [()] * 8
         self.key = np.array(cols[0], np.int64)
         self.dur = np.array(cols[1], np.float64)
@@ -195,6 +230,7 @@ class _Block:
         e = np.asarray(edges, np.int64).reshape(-1, 2)
         b.esrc, b.edst = e[:, 0].copy(), e[:, 1].copy()
         b.tmem, b.thold = tmem or {}, thold or {}
+        b.info = {}
         return b
 
 
@@ -203,8 +239,12 @@ class TaskGraph:
     docstring. ``build(strategy)`` makes it from scratch; ``change(op, config)``
     replaces one op's config and returns the seed tasks for Algorithm 2."""
 
-    def __init__(self, graph, machine, cost_model, optimizer_slots: int = 1) -> None:
+    def __init__(self, graph, machine, cost_model, optimizer_slots: int = 1,
+                 sync: str = "shards") -> None:
+        if sync not in SYNC_MODES:
+            raise StrategyError(f"sync mode {sync!r} is not one of {', '.join(SYNC_MODES)}")
         self.graph, self.machine, self.cost = graph, machine, cost_model
+        self.sync = sync
         #: optimizer state per weight element on its update home (memory only)
         self.optimizer_slots = optimizer_slots
         self.D = machine.num_devices
@@ -223,6 +263,26 @@ class TaskGraph:
         #: distinct consumer ops of each op's output, in op order
         self.cons_ops = [sorted({c for c, _ in cs}) for cs in self.consumers]
         self.P = len(ops)
+        #: gradient buckets (collective sync): parameter indices, reverse
+        #: first-use order, packed by :func:`legionpy.collectives.buckets`
+        sizes = [float(np.prod(p.shape) * np.dtype(p.dtype).itemsize)
+                 for p in reversed(self.params)]
+        W = len(self.params)
+        self.buckets = [[W - 1 - i for i in bk] for bk in collectives.buckets(sizes)]
+        self.bucket_of = {w: b for b, ws in enumerate(self.buckets) for w in ws}
+        #: ``(op index, pname)`` of every user of every parameter of a bucket
+        self.bucket_uses = [[u for w in ws for u in self.users[w]] for ws in self.buckets]
+        self.ccost = CollectiveCosts(machine, cost_model)
+        self.comms: dict = {}  # group -> communicator resource id
+        self._comm_group: dict = {}  # its inverse
+        self.coll_info: dict = {}  # key -> (kind, group, algorithm, bytes), live tasks
+        #: simulate one node per class of identical nodes when a strategy
+        #: allows it (collective sync only; optimizer/symmetry.py); ``sym``:
+        #: ``(N, G)`` while the graph held is the representative's, else None
+        self.symmetry = True
+        self.sym = None
+        self._classes = node_classes(machine)
+        self._boxes: dict = {}  # (op, degrees, N) -> {block: bounding box}
         if len(ops) + len(self.params) >= 2**14:
             raise StrategyError(f"graph has {len(ops)} ops and {len(self.params)} parameters; "
                                 f"task keys allow 16383 in all")
@@ -239,8 +299,9 @@ class TaskGraph:
         #: (:mod:`.replicated`); False: replay them like any other block
         #: (the baseline of bench/simulator_speed.py)
         self.vectorised = True
-        self.fslot = np.full((len(ops), MAXT), -1, np.int64)
-        self.bslot = np.full((len(ops), MAXT), -1, np.int64)
+        self.maxt = max(1024, self.D)
+        self.fslot = np.full((len(ops), self.maxt), -1, np.int64)
+        self.bslot = np.full((len(ops), self.maxt), -1, np.int64)
         self.live_tasks: dict = {}  # block id -> slots
         #: buffers (see buffer_bytes): a row of per-device bytes per live block
         #: with any (``_brow``: block id -> row), and the sum of held buffers
@@ -270,8 +331,8 @@ class TaskGraph:
         self.dnext = np.full(nt, -1, np.int64)
         self.out_head = np.full(nt, -1, np.int64)
         self.in_head = np.full(nt, -1, np.int64)
-        self.dhead = np.full(self.n_res, -1, np.int64)
-        self.dtail = np.full(self.n_res, -1, np.int64)
+        self.dhead = np.full(max(self.n_res, 1), -1, np.int64)
+        self.dtail = np.full(max(self.n_res, 1), -1, np.int64)
         self.free_t = np.arange(nt - 1, -1, -1, dtype=np.int64)
         self.nfree_t = nt
         self.esrc = np.zeros(ne, np.int64)
@@ -320,13 +381,21 @@ class TaskGraph:
 
     # -- geometry (cached, device independent) ----------------------------------
     def tiles(self, o: int, degrees: tuple) -> list:
-        k = (o, degrees)
+        """Output tiles of op ``o`` split by ``degrees`` (row-major); under
+        symmetric simulation only the first block's (node 0's)."""
+        k = (o, degrees, self.sym)
         t = self._tiles.get(k)
         if t is None:
-            t = self._tiles[k] = self.graph.ops[o].output_rect.split(degrees)
-            if len(t) > MAXT:
+            rect = self.graph.ops[o].output_rect
+            if self.sym is None:
+                t = rect.split(degrees)
+            else:
+                n = int(np.prod(degrees))
+                t = list(itertools.islice(_lazy_split(rect, degrees), n // self.sym[0]))
+            self._tiles[k] = t
+            if len(t) > self.maxt:
                 raise StrategyError(f"op {self.graph.ops[o].name!r}: {len(t)} tiles exceed "
-                                    f"the limit of {MAXT}")
+                                    f"the limit of {self.maxt}")
         return t
 
     def points(self, o: int, cfg) -> list:
@@ -338,7 +407,7 @@ class TaskGraph:
 
     def need(self, o: int, i: int, degrees: tuple, red: int = 1) -> list:
         """Rect (producer coordinates) input ``i`` of op ``o`` needs per point."""
-        key = (o, i, degrees, red)
+        key = (o, i, degrees, red, self.sym)
         r = self._pairs.get(key)
         if r is None:
             op = self.graph.ops[o]
@@ -355,10 +424,102 @@ class TaskGraph:
         for c, cc in consumers:
             ins = [i for i, r in enumerate(ops[c].inputs) if r.op is prod]
             needs = [self.need(c, i, cc.degrees, cc.reduce) for i in ins]
-            for k, dev in enumerate(cc.devices):
+            rc = self.rep_points(c, cc)
+            for k, dev in enumerate(cc.devices[:rc]):
                 for i, nd in zip(ins, needs):
                     if not nd[k].empty:
                         yield c, k, dev, i, nd[k]
+
+    # -- symmetry (optimizer/symmetry.py) -----------------------------------------
+    def rep_points(self, o: int, cfg) -> int:
+        """Points of op ``o`` in the task graph: all of them, or the first
+        block (node 0's) under symmetric simulation."""
+        n = len(cfg.devices)
+        return n if self.sym is None else n // self.sym[0]
+
+    def _block_boxes(self, o: int, cfg, which) -> dict:
+        """``{m: box}``: the bounding box of block ``m``'s tiles of op ``o``
+        under ``cfg`` for ``m`` in ``which``; raises
+        :class:`.symmetry.Asymmetric` when a block's tiles do not fill it."""
+        N = self.sym[0]
+        rect = self.graph.ops[o].output_rect
+        degs = cfg.degrees
+        n = int(np.prod(degs))
+        b = n // N
+        out = {}
+        cache = self._boxes.setdefault((o, degs, N), {})
+        for m in which:
+            if m in cache:
+                out[m] = cache[m]
+                continue
+            ia = np.unravel_index(m * b, degs)
+            ib = np.unravel_index((m + 1) * b - 1, degs)
+            box = Rect(tuple(block_bound(lo, hi, k, int(j))[0]
+                             for lo, hi, k, j in zip(rect.lo, rect.hi, degs, ia)),
+                       tuple(block_bound(lo, hi, k, int(j))[1]
+                             for lo, hi, k, j in zip(rect.lo, rect.hi, degs, ib)))
+            if box.volume * n != rect.volume * b:
+                raise Asymmetric(o)
+            out[m] = cache[m] = box
+        return out
+
+    def _check_local(self, p: int, cp, cons) -> None:
+        """Symmetry condition 3: what block ``m`` of every consumer reads of
+        ``p``'s output (``input_rect`` of the block's box: input rects grow
+        with the output rect) lies in block ``m`` of ``p``; else raise
+        :class:`.symmetry.Asymmetric`. Producer and consumers that split the
+        same sample dims by the same degrees and nothing else are checked on
+        blocks 0, 1 and N - 1 (the sample dim passes through an op: SOAP's
+        definition of it); every block otherwise."""
+        N = self.sym[0]
+        ops = self.graph.ops
+        prod = ops[p]
+        if cp.reduce != 1:
+            raise Asymmetric(p)
+        sample = all(k == 1 or lab == "sample" for k, lab in zip(cp.degrees, prod.dims))
+        for c, cc in cons:
+            op = ops[c]
+            if cc.reduce != 1:
+                raise Asymmetric(c)
+            same = (sample and cc.degrees == cp.degrees
+                    and all(k == 1 or lab == "sample" for k, lab in zip(cc.degrees, op.dims)))
+            which = sorted({0, 1 % N, N - 1}) if same else range(N)
+            pb = self._block_boxes(p, cp, which)
+            cb = self._block_boxes(c, cc, which)
+            for i, r in enumerate(op.inputs):
+                if r.op is not prod:
+                    continue
+                for m in which:
+                    nd = r.to_base(op.part_input_rect(i, cb[m]))
+                    if not nd.empty and (nd & pb[m]) != nd:
+                        raise Asymmetric(p)
+
+    # -- collectives -------------------------------------------------------------
+    def _grad_ready(self, q: int, k: int) -> list:
+        """Edge codes of the tasks after which point ``k`` of op ``q`` has
+        added its weight gradients (docs/seam.md section 5: the pipeline's
+        hook; here its backward task)."""
+        return [_ext(q, 1, k)]
+
+    def comm_resource(self, group: tuple) -> int:
+        """The communicator resource of ``group`` (one FIFO per distinct
+        group, numbered after the links in order of first use)."""
+        r = self.comms.get(group)
+        if r is None:
+            r = self.comms[group] = self.D + self.machine.num_links + len(self.comms)
+            self._comm_group[r] = group
+            self.n_res = r + 1
+            if hasattr(self, "dhead") and len(self.dhead) < self.n_res:
+                grow = max(self.n_res, 2 * len(self.dhead)) - len(self.dhead)
+                self.dhead = np.concatenate([self.dhead, np.full(grow, -1, np.int64)])
+                self.dtail = np.concatenate([self.dtail, np.full(grow, -1, np.int64)])
+        return r
+
+    def _bucket_block(self, b: int, cfgs) -> _Block:
+        cols, e, info = bucket_block(self, b, cfgs, _ext, pack_key, MIN_DURATION)
+        blk = _Block.from_arrays(cols, e)
+        blk.info = info
+        return blk
 
     # -- blocks --------------------------------------------------------------------
     def _route(self, a: int, b: int):
@@ -503,7 +664,7 @@ class TaskGraph:
         P = self.P
         tasks, edges = [], []
         red = cfg.reduce
-        for k, (tile, _) in enumerate(self.points(o, cfg)):
+        for k, (tile, _) in enumerate(self.points(o, cfg)[:self.rep_points(o, cfg)]):
             dev = cfg.devices[k]
             spec = self.machine.devices[dev]
             out_b = float(tile.volume * op.itemsize)
@@ -529,17 +690,20 @@ class TaskGraph:
         item = prod.itemsize
         tiles = self.tiles(p, cp.degrees)
         cons = list(zip(self.cons_ops[p], cfgs[1:]))
+        if self.sym is not None:  # symmetry condition 3 (optimizer/symmetry.py)
+            self._check_local(p, cp, cons)
         if self.fast_reads and self.vectorised:
             blk = self._aligned_tensor_block(p, cp, cons, tiles)
             if blk is not None:
                 return blk
+        rp = self.rep_points(p, cp)
         reads = [(need, dev, _ext(c, 0, k), pack_key(c, 1, k, 1 + i))
                  for c, k, dev, i, need in self._needs_of(prod, cons)]  # forward reads
         tmem: dict = {}  # reduction and staging buffers (docs/memory.md)
         if cp.reduce > 1:  # F(p, (k, r)) reduce into the zero-filled output
             st = FieldState.filled(prod.output_rect, 0)
             bufs: dict = {}
-            for j, (t, _) in enumerate(self.points(p, cp)):
+            for j, (t, _) in enumerate(self.points(p, cp)[:rp]):
                 st = _reduce(st, Request(t, "reduce", cp.devices[j], _ext(p, 0, j), "+",
                                          (p, j, -1)), bufs)
             for r, dev, opc, key0 in reads:
@@ -563,7 +727,7 @@ class TaskGraph:
                 st = _reduce(st, Request(need, "reduce", dev, _ext(c, 1, k), "+", (c, k, i)),
                              gbufs)
             gmem: dict = {}
-            for j, (t, _) in enumerate(self.points(p, cp)):  # B(p, j) reads its grad tile
+            for j, (t, _) in enumerate(self.points(p, cp)[:rp]):  # B(p, j) reads its grad tile
                 st = self._access(st, Request(t, "read", cp.devices[j], _ext(p, 1, j)),
                                   pack_key(2 * P - 1 - p, 1, j, 0), item, 0, tasks, edges,
                                   cmap, gmem)
@@ -571,7 +735,7 @@ class TaskGraph:
             for d, b in gmem.items():  # forward and backward buffers are never live together
                 tmem[d] = max(tmem.get(d, 0.0), b)
         own: dict = {}
-        for j, (t, _) in enumerate(self.points(p, cp)):
+        for j, (t, _) in enumerate(self.points(p, cp)[:rp]):
             own.setdefault(cp.devices[j], []).append(t)
         thold = _slack(own, [(r, dev) for r, dev, _, _ in reads], tasks, item)
         if prod.has_backward and p != P - 1:  # the grad instance: the own tiles' box
@@ -585,10 +749,9 @@ class TaskGraph:
         edge), else None: no copies; forward edges ``F(p,k) -> F(c,k)`` per
         read, backward ``B(c,k) -> B(p,k)`` per reducing consumer (what the
         coherence replay gives: the data is valid where it is read and every
-        gradient buffer is local; tests/unit/test_replicated.py)."""
+        gradient buffer is local; tests/unit/test_replica_blocks.py)."""
         ops, P = self.graph.ops, self.P
         prod = ops[p]
-        n = len(tiles)
         fwd, bwd = [], []
         if cp.reduce != 1:
             return None
@@ -603,9 +766,9 @@ class TaskGraph:
             bwd.append(ops[c].has_backward)
         tmem: dict = {}
         if prod.has_backward and p != P - 1 and any(bwd):  # one local buffer per tile
-            for t, d in zip(tiles, cp.devices):
+            for t, d in zip(tiles[:self.rep_points(p, cp)], cp.devices):
                 tmem[d] = tmem.get(d, 0.0) + float(t.volume * prod.itemsize)
-        ks = np.arange(n)
+        ks = np.arange(self.rep_points(p, cp))
         e = [np.zeros((0, 2), np.int64)]
         for (c, _), m, hb in zip(cons, fwd, bwd):
             e.append(np.repeat(np.stack([_ext(p, 0, ks), _ext(c, 0, ks)], 1), m, axis=0))
@@ -746,7 +909,10 @@ class TaskGraph:
             w = self.pindex[id(p)]
             if w not in ws:
                 ws.append(w)
-        ids += [("param", w) for w in ws]
+        if self.sync == "collective":
+            ids += [("bucket", b) for b in sorted({self.bucket_of[w] for w in ws})]
+        else:
+            ids += [("param", w) for w in ws]
         return ids
 
     def _make_block(self, bid, s) -> _Block:
@@ -756,15 +922,19 @@ class TaskGraph:
         elif bid[0] == "tensor":
             p = bid[1]
             cfgs = (s[ops[p].name],) + tuple(s[ops[c].name] for c in self.cons_ops[p])
+        elif bid[0] == "bucket":
+            cfgs = tuple(s[ops[q].name] for q, _ in self.bucket_uses[bid[1]])
         else:
             cfgs = tuple(s[ops[q].name] for q, _ in self.users[bid[1]])
-        ck = (bid, cfgs)
+        ck = (bid, cfgs, self.sym)
         blk = self._blocks.get(ck)
         if blk is None:
             if bid[0] == "op":
                 blk = self._op_block(bid[1], *cfgs)
             elif bid[0] == "tensor":
                 blk = self._tensor_block(bid[1], cfgs)
+            elif bid[0] == "bucket":
+                blk = self._bucket_block(bid[1], cfgs)
             else:
                 blk = self._param_block(bid[1], cfgs)
             if len(self._blocks) > 200_000:
@@ -795,6 +965,7 @@ class TaskGraph:
         self.live_tasks[bid] = slots
         self._live_blk[bid] = blk
         self._add_buffers(bid, blk)
+        self.coll_info.update(blk.info)
         src, dst = self._resolve(blk.esrc, slots), self._resolve(blk.edst, slots)
         m = len(src)
         if m > self.nfree_e:
@@ -833,7 +1004,11 @@ class TaskGraph:
         (prev, next) rows, targets of its edges)."""
         eids = self.live_edges.pop(bid)
         slots = self.live_tasks.pop(bid)
-        self._drop_buffers(bid, self._live_blk.pop(bid, None))
+        old = self._live_blk.pop(bid, None)
+        self._drop_buffers(bid, old)
+        if old is not None:
+            for k in old.info:
+                self.coll_info.pop(k, None)
         K.unlink_edges(eids, *self._lists())
         self.ealive[eids] = False
         self._release(eids, edges=True)
@@ -854,13 +1029,28 @@ class TaskGraph:
     # -- public ------------------------------------------------------------------------
     def build(self, strategy) -> None:
         """Make the whole task graph for ``strategy`` (validated) in fresh pools:
-        all blocks are concatenated and their edges linked in one pass."""
+        all blocks are concatenated and their edges linked in one pass; only
+        node 0's tasks when the strategy is node-symmetric (``self.sym``)."""
         strategy.validate(self.graph, self.machine)
         self.strategy = strategy
+        self.sym = None
+        if (self.symmetry and self.sync == "collective" and self._classes is not None
+                and symmetric_blocks(self.graph, strategy, *self._classes)):
+            self.sym = self._classes
+            try:
+                return self._build(strategy)
+            except Asymmetric:
+                self.sym = None
+        self._build(strategy)
+
+    def _build(self, strategy) -> None:
         ops = self.graph.ops
         bids = [("op", o) for o in range(len(ops))]
         bids += [("tensor", o) for o in range(len(ops))]
-        bids += [("param", w) for w in range(len(self.params))]
+        if self.sync == "collective":
+            bids += [("bucket", b) for b in range(len(self.buckets))]
+        else:
+            bids += [("param", w) for w in range(len(self.params))]
         blks = [self._make_block(b, strategy) for b in bids]
         nt = np.array([len(b.key) for b in blks], np.int64)
         ne = np.array([len(b.esrc) for b in blks], np.int64)
@@ -874,6 +1064,9 @@ class TaskGraph:
         self.alive[:N] = True
         self.live_tasks = {b: np.arange(toff[i], toff[i + 1]) for i, b in enumerate(bids)}
         self._live_blk = dict(zip(bids, blks))
+        self.coll_info = {}
+        for blk in blks:
+            self.coll_info.update(blk.info)
         self._brow, self._bmax, self._bheld = {}, np.zeros((0, self.D)), np.zeros(self.D)
         self._bfree = []
         for b, blk in zip(bids, blks):
@@ -902,6 +1095,7 @@ class TaskGraph:
         config.validate(op, self.machine)
         new = self.strategy.with_config(op_name, config)
         bids = self._block_ids(op.index)
+        new_blks = [self._make_block(bid, new) for bid in bids]  # may add communicators
         nbrs, targets = [], []
         for bid in reversed(bids):
             nb, tg = self._remove(bid)
@@ -914,8 +1108,8 @@ class TaskGraph:
         rhint[self.res[nbrs]] = nbrs
         self.strategy = new
         added = []
-        for bid in bids:
-            slots = self._install(bid, self._make_block(bid, new))
+        for bid, blk in zip(bids, new_blks):
+            slots = self._install(bid, blk)
             added.append(slots)
             targets.append(self.edst[self.live_edges[bid]])
         added = np.concatenate(added) if added else np.zeros(0, np.int64)
@@ -940,13 +1134,24 @@ class TaskGraph:
     def resource_name(self, r: int) -> str:
         if r < self.D:
             return self.machine.devices[r].name
-        return self.machine.links[r - self.D].name
+        if r < self.D + self.machine.num_links:
+            return self.machine.links[r - self.D].name
+        return comm_name(self._comm_group[r])
 
     def task_name(self, slot: int) -> str:
         """``F:op[k]``, ``B:op[k]``, ``U:param[t]``; copies
-        ``X:<task it feeds>.<arg>.<n>@<src>-><dst>`` (+ ``/hop`` beyond the first)."""
-        L, part, k, arg, c, hop = unpack_key(int(self.key[slot]))
+        ``X:<task it feeds>.<arg>.<n>@<src>-><dst>`` (+ ``/hop`` beyond the first);
+        collective sync (docs/seam.md): ``RS:b<bucket>.<group>``,
+        ``U:b<bucket>.<group>[p]``, ``AG:b<bucket>.<group>``."""
+        key = int(self.key[slot])
+        L, part, k, arg, c, hop = unpack_key(key)
         ops, P = self.graph.ops, self.P
+        if L >= 2 * P + len(self.params):
+            b = L - 2 * P - len(self.params)
+            info = self.coll_info.get(key)
+            if info is not None:
+                return f"{'RS' if info[0] == 'reduce_scatter' else 'AG'}:b{b}.{arg}"
+            return f"U:b{b}.{arg}[{k - 1}]"
         if L < P:
             task = f"F:{ops[L].name}[{k}]"
         elif L < 2 * P:
@@ -982,9 +1187,16 @@ class TaskGraph:
                  "device": self.resource_name(int(self.res[s])),
                  "duration_s": float(self.dur[s]), "bytes": int(self.nbytes[s])
                  if self.kind[s] == COPY else 0}
+            info = self.coll_info.get(int(self.key[s]))
+            if info is not None:  # docs/seam.md: a collective as one unit
+                t.update(collective=info[0], group=list(info[1]), algorithm=info[2],
+                         bytes=int(info[3]), link_bytes=float(self.nbytes[s]))
             if include_times:
                 t["start_s"], t["end_s"] = float(self.start[s]), float(self.end[s])
             tasks.append(t)
         e = self.edges()
         deps = sorted(zip(pos[e[:, 0]].tolist(), pos[e[:, 1]].tolist())) if len(e) else []
-        return {"tasks": tasks, "deps": [list(d) for d in deps]}
+        out = {"tasks": tasks, "deps": [list(d) for d in deps]}
+        if self.sym is not None:  # node 0's tasks stand for every node's
+            out["symmetry"] = {"classes": self.sym[0], "devices_per_class": self.sym[1]}
+        return out

@@ -2,8 +2,10 @@
 
 A :class:`Region` is the root of a region tree. It holds no data itself: the
 runtime owns the physical instances, so :meth:`Region.read` and
-:meth:`Region.write` go through ``legionpy.runtime.runtime()`` (imported
-lazily, so this module stays pure). A :class:`Subregion` is what indexing a
+:meth:`Region.write` go through the *data owner*: a callable returning the
+runtime, which :mod:`legionpy.runtime` installs with :func:`set_data_owner`
+when it is imported (``lp.Region`` imports it), so this module never imports
+the layer above it (DESIGN.md section 1). A :class:`Subregion` is what indexing a
 :class:`~legionpy.regions.partition.Partition` returns: a rect of its root (in
 the root's coordinates) that can itself be partitioned again.
 
@@ -19,7 +21,7 @@ program in the same order gets the same uids, so MPI ranks agree on names.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,9 +33,27 @@ from .fields import FieldSpace
 if TYPE_CHECKING:
     from .partition import Partition
 
-__all__ = ["Region", "Subregion"]
+__all__ = ["Region", "Subregion", "set_data_owner"]
 
 _uids = itertools.count()
+
+#: returns the object that holds region data (the runtime: ``read_region``,
+#: ``write_region``); installed by legionpy.runtime, None before it is imported
+_data_owner: Callable[[], Any] | None = None
+
+
+def set_data_owner(owner: Callable[[], Any] | None) -> None:
+    """Install ``owner()``, which returns the object holding region data
+    (``legionpy.runtime`` installs its ``get_runtime``; tests a fake)."""
+    global _data_owner
+    _data_owner = owner
+
+
+def _owner(where: str) -> Any:
+    if _data_owner is None:
+        raise RegionError(f"{where}: region data lives in the runtime, which is not loaded; "
+                          "import legionpy.runtime (lp.Region, lp.init() and lp.fill do) first")
+    return _data_owner()
 
 
 def _as_shape(shape: Any) -> Point:
@@ -60,16 +80,12 @@ class _DataAccess:
     def read(self, field: str) -> Any:
         """A numpy copy of ``field`` over ``self.rect``."""
         self.fields.resolve((field,), where=self.name)
-        from legionpy.runtime import runtime
-
-        return runtime().read_region(self, field)
+        return _owner(f"{self.name}.read({field!r})").read_region(self, field)
 
     def write(self, field: str, array: Any) -> None:
         """Replace ``field`` over ``self.rect`` with ``array`` (shape ``self.shape``)."""
         self.fields.resolve((field,), where=self.name)
-        from legionpy.runtime import runtime
-
-        runtime().write_region(self, field, array)
+        _owner(f"{self.name}.write({field!r})").write_region(self, field, array)
 
 
 class Region(_DataAccess):

@@ -24,6 +24,7 @@ import sys
 from typing import Any
 
 from ..regions.coherence import HOST
+from ..regions.region import set_data_owner
 from .core import Runtime
 from .devices import Device
 from .futures import Future, FutureMap
@@ -46,6 +47,11 @@ def get_runtime(reset: bool = False, **options: Any) -> Runtime:
             _runtime.shutdown()
         _runtime = Runtime(**options)
     return _runtime
+
+
+# Region.read / Region.write reach the runtime through this hook (regions
+# never import the runtime)
+set_data_owner(get_runtime)
 
 
 def init(cpus: int | None = None, executor: str | None = None, mapper: Any = None,

@@ -61,7 +61,7 @@ class PointBody:
         task over the same regions (``args`` unprojected: FutureMaps are
         projected by this point's color; region arguments keep the recorded
         subregions)."""
-        b = PointBody.__new__(PointBody)
+        b = type(self).__new__(type(self))
         b.fn, b.name, b.point, b.rargs = self.fn, self.name, self.point, self.rargs
         b.prologues, b.views = self.prologues, self.views
         b.fut_pos, b.inst = self.fut_pos, self.inst
@@ -95,9 +95,10 @@ class PointBody:
                 cached.append([pos, view, keys, [inst.redbufs.get(k) for k in keys],
                                region, fieldspecs])
             self.cache[0] = [inst.generation, cached]
+            _regrown(inst, cached)
             return [(c[0], c[1]) for c in cached]
-        out = []
         red = inst.redbufs
+        rebuilt = False
         for c in cached[1]:
             keys = c[2]
             if keys:
@@ -105,8 +106,10 @@ class PointBody:
                 if any(e is None or e is not old for e, old in zip(entries, c[3])):
                     c[1] = build_view(inst, c[4], c[5])
                     c[3] = [red.get(k) for k in keys]
-            out.append((c[0], c[1]))
-        return out
+                    rebuilt = True
+        if rebuilt:
+            _regrown(inst, cached[1])
+        return [(c[0], c[1]) for c in cached[1]]
 
     def __call__(self, op: Any) -> Any:
         if self.device is not None:
@@ -141,6 +144,17 @@ class PointBody:
                     f"wrote to a read-only array ({exc}); it holds {_privs_text(self.rargs)}; "
                     "declare RW or WD for fields it writes") from exc
             raise
+
+
+def _regrown(inst: Instances, cached: list) -> None:
+    """Rebuild the views cut from a reduction buffer that a LATER argument
+    of the same task grew (two reductions into one region, e.g. the flat
+    gradient buffer of collective sync): growing replaces the array."""
+    red = inst.redbufs
+    for c in cached:
+        if c[2] and any(red.get(k) is not old for k, old in zip(c[2], c[3])):
+            c[1] = build_view(inst, c[4], c[5])
+            c[3] = [red.get(k) for k in c[2]]
 
 
 def build_view(inst: Instances, region: Any, fieldspecs: list) -> RegionView:

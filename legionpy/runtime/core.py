@@ -9,8 +9,8 @@ anything runs, and only from what the program did (never from timing):
 3. dependences: ``DependenceAnalyzer.analyze`` (legionpy.regions) gives
    the earlier ops each point must wait for (true, anti, output);
 4. mapping: the mapper picks a device per point and a memory per
-   requirement (mapper/base.py);
-5. coherence: per (root, field) the FieldState (coherence.py) yields the
+   requirement (runtime/mapping.py);
+5. coherence: per (root, field) the FieldState (regions/coherence.py) yields the
    copies to issue (each an op on its (src, dst) link) and the prologue
    (fills to materialise, reductions to fold) the task runs first;
 6. the op goes to the scheduler (scheduler.py), which runs it on its
@@ -49,6 +49,7 @@ from .devices import Device, limit_blas, machine_devices, queue_name
 from .futures import Future, FutureMap
 from .instances import Instances
 from .launch import LaunchOptions, TaskFunction
+from .mapping import DefaultMapper, Mapper, MapperTask
 from .mpi import launched_under_mpi
 from .replication import describe_args
 from .scheduler import DONE, Op, Scheduler, SerialExecutor, ThreadExecutor
@@ -72,8 +73,6 @@ class Runtime:
 
     def __init__(self, cpus: int | None = None, executor: str | None = None,
                  mapper: Any = None, trace: str | None = None, debug: int | None = None) -> None:
-        from ..mapper import DefaultMapper
-
         self.t0 = time.perf_counter()
         self.rank = 0
         self.repl: Any = None
@@ -145,8 +144,6 @@ class Runtime:
     # -- configuration --------------------------------------------------------------
     def set_mapper(self, mapper: Any) -> None:
         """Install ``mapper`` (a legionpy.mapper.Mapper); it sees ``self.devices``."""
-        from ..mapper import Mapper
-
         if not isinstance(mapper, Mapper):
             raise MappingError(f"set_mapper needs a legionpy.mapper.Mapper, got {mapper!r}")
         mapper.devices = list(self.devices)
@@ -247,8 +244,10 @@ class Runtime:
                target: Device | None) -> Future:
         """One point: ``reqs`` its requirements (from ``rargs``), ``futs`` the
         positions / keywords of its Future arguments (None if none)."""
-        from ..mapper import MapperTask
+        if options.kind == "collective":
+            from .collectives import launch_point
 
+            return launch_point(self, task, op_id, args, kwargs, rargs, reqs, options)
         name = options.name or task.name
         mapper = self.mapper
         mt = None
@@ -316,10 +315,13 @@ class Runtime:
         return Future(op, self.sched)
 
     def _analyze(self, op_id: int, reqs: list, rargs: list, dev: Device, mems: Any,
-                 dep_ops: list, task: TaskFunction) -> tuple[list, list, set]:
+                 dep_ops: list, task: TaskFunction, spread: bool = False
+                 ) -> tuple[list, list, set]:
         """Dependences + coherence of one point; appends the unfinished ones to
         ``dep_ops``; returns (views: ``(pos, region, fieldspecs)`` for
-        body.build_view, prologues, all dependence ids)."""
+        body.build_view, prologues, all dependence ids). ``spread``: the
+        requirements' memories are on several ranks (a collective, see
+        collectives.py): this rank makes the instances of its own only."""
         deps = set(self.analyzer.analyze(op_id, reqs))
         if mems is not None:
             if len(mems) != len(reqs) or any(not -1 <= m < len(self.devices) for m in mems):
@@ -344,6 +346,8 @@ class Runtime:
                 mem = dev.id if mems is None else mems[k]
                 if repl is not None:
                     mem = repl.memory(mem, dev)
+                    if spread:
+                        mine = repl.owns(mem)
                 priv = req.privilege
                 mode, redop = priv.mode, priv.redop
                 for f in req.fields:
@@ -478,7 +482,6 @@ class Runtime:
 
     def _index_launch(self, task: TaskFunction, colors: Any, args: tuple, kwargs: dict,
                       options: LaunchOptions) -> FutureMap:
-        from ..mapper import MapperTask
         from .checks import check_index_interference
 
         domain = [c if isinstance(c, tuple) else (c,) if isinstance(c, int) else tuple(c)

@@ -110,6 +110,8 @@ def queue_name(queue: Any) -> str:
         src, dst = (("host" if m == -1 else f"host{-2 - m}" if m < -1 else f"mem{m}")
                     for m in queue)
         return f"link {src}->{dst}"
+    if isinstance(queue, str):  # a communicator (runtime/collectives.py)
+        return queue
     return "untimed" if queue is None else f"device {queue}"
 
 

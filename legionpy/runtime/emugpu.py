@@ -299,6 +299,12 @@ class EmuArray:
     __slots__ = ("_a", "device", "_b", "_x", "__weakref__")
     __array_priority__ = 1000
 
+    def __array_namespace__(self, api_version: Any = None) -> Any:
+        """The array module of these arrays (the Array API's spelling), so
+        kernels find it (ops.kernels.common.array_module) without importing
+        the runtime."""
+        return xp
+
     def __init__(self, a: np.ndarray, dev: int) -> None:
         self._a = a
         self._b: Buf | None = None

@@ -31,13 +31,13 @@ from ..regions import Privilege, PrivilegeSet
 
 __all__ = ["task", "TaskFunction", "LaunchOptions", "KINDS"]
 
-KINDS = ("compute", "update")
+KINDS = ("compute", "update", "collective")
 
 
 @dataclass(frozen=True, slots=True)
 class LaunchOptions:
     """Per-launch ``name`` (trace name; default the task's), ``kind``
-    (compute | update) and an opaque ``tag`` for the mapper."""
+    (compute | update | collective: runtime/collectives.py) and an opaque ``tag`` for the mapper."""
 
     name: str | None = None
     kind: str = "compute"

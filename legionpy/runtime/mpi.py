@@ -43,7 +43,7 @@ from typing import Any
 
 from ..errors import TaskError
 
-__all__ = ["launched_under_mpi", "cluster", "Cluster", "MPI_ENV_VARS"]
+__all__ = ["launched_under_mpi", "cluster", "Cluster", "MPI_ENV_VARS", "bcast_root", "allgather"]
 
 MPI_ENV_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALRANKID", "PMIX_RANK")
 ERR_TAG, REQ_TAG = 1, 2
@@ -66,6 +66,25 @@ def _env_float(name: str, default: float) -> float:
 
 
 _cluster: Cluster | None = None
+
+
+def bcast_root(value: Any) -> Any:
+    """Rank 0's ``value`` on every rank (``value`` itself outside MPI).
+    Collective: every rank calls it at the same point of the program. The
+    one way legionpy makes a measured or searched result the same on every
+    rank (rank 0 measures, the others take its figures)."""
+    if not launched_under_mpi():
+        return value
+    return cluster().coll.bcast(value, root=0)
+
+
+def allgather(value: Any) -> list[Any]:
+    """Every rank's ``value``, in rank order (``[value]`` outside MPI).
+    Collective, like :func:`bcast_root`."""
+    if not launched_under_mpi():
+        return [value]
+    return cluster().coll.allgather(value)
+
 
 
 def cluster() -> Cluster:

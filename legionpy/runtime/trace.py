@@ -104,6 +104,16 @@ class Trace:
 
     def _record(self, op: Op) -> dict[str, Any]:
         link = op.queue if isinstance(op.queue, tuple) else None
+        if op.kind == "collective":  # one op; its steps' link events (collectives.py)
+            kind, group, alg, nbytes = op.tag[1].info()
+            return {"id": op.id, "name": op.name, "kind": "collective", "collective": kind,
+                    "group": list(group), "algorithm": alg, "bytes": nbytes,
+                    "device": op.queue, "link": None, "start": op.start - self.t0,
+                    "end": op.end - self.t0, "deps": list(op.deps), "point": None,
+                    "launch": None, "tag": op.name, "rank": self.rank,
+                    "failed": op.state == FAILED, "remote": op.remote,
+                    "steps": [dict(e, start=e["start"] - self.t0, end=e["end"] - self.t0)
+                              for e in (op.result if isinstance(op.result, list) else ())]}
         return {
             "id": op.id, "name": op.name, "kind": op.kind,
             "device": None if link is not None else op.queue,

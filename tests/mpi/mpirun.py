@@ -26,9 +26,9 @@ def mpirun_path() -> str | None:
 
 
 def run_mpi(n: int, args: list[str], timeout: float = 120, env: dict | None = None,
-            check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``mpirun -n N python ARGS...``; kill the whole job after ``timeout``
-    seconds and fail the test (instead of hanging)."""
+            check: bool = True, mpi_args: tuple = ()) -> subprocess.CompletedProcess:
+    """Run ``mpirun MPI_ARGS -n N python ARGS...``; kill the whole job after
+    ``timeout`` seconds and fail the test (instead of hanging)."""
     exe = mpirun_path()
     if exe is None:
         pytest.skip("mpirun not found (install the mpich wheel: pip install mpich)")
@@ -38,7 +38,7 @@ def run_mpi(n: int, args: list[str], timeout: float = 120, env: dict | None = No
     full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
     if env:
         full_env.update(env)
-    cmd = [exe, "-n", str(n), sys.executable, *args]
+    cmd = [exe, *mpi_args, "-n", str(n), sys.executable, *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=full_env, cwd=str(REPO), start_new_session=True)
     try:

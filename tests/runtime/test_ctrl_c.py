@@ -26,8 +26,11 @@ def test_train_ctrl_c_saves_exits_130_and_resumes_exactly(tmp_path):
     full = json.loads(legionpy(*args, cwd=tmp_path).stdout)["losses"]
 
     ck = tmp_path / "ck.npz"
+    # every task sleeps 60x its compute (same numbers): the 40 steps outlast the
+    # wait below even when a loaded machine schedules this test process late
+    slow = {**ENV, "LEGIONPY_SLOW_DEVICES": "0=60,1=60"}
     proc = subprocess.Popen([sys.executable, "-m", "legionpy.cli", *args, "--checkpoint",
-                             str(ck), "--checkpoint-every", "1"], cwd=tmp_path, env=ENV,
+                             str(ck), "--checkpoint-every", "1"], cwd=tmp_path, env=slow,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     t0 = time.monotonic()
     while not ck.exists() and proc.poll() is None and time.monotonic() - t0 < 120:
@@ -67,7 +70,11 @@ def test_search_ctrl_c_writes_the_best_so_far_and_exits_130(tmp_path):
             break
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
-    stdout, err = proc.communicate(timeout=120)
+    try:
+        stdout, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
     err = "".join(seen) + err
     assert proc.returncode == 130, err
     assert "Traceback" not in err and f"wrote {out}" in err

@@ -101,7 +101,7 @@ def test_requirements_and_pipelined_control_thread_by_hand():
 
 
 def test_overhead_calibration_on_empty_tasks(rt2):
-    from legionpy.optimizer.fidelity import measure_runtime_overhead
+    from legionpy.probe.overhead import measure_runtime_overhead
 
     o = measure_runtime_overhead(launches=20)
     # each term is clamped at zero; a one-requirement launch always costs something
@@ -219,7 +219,7 @@ def test_cpu_and_interpreter_bounds_by_hand():
 
 
 def test_background_load_leaves_fewer_cores_by_hand():
-    from legionpy.optimizer.calibration import background_cores
+    from legionpy.probe.overhead import background_cores
 
     tg = {"tasks": [{"id": 0, "name": "F:x[0]", "kind": "compute", "device": "cpu0",
                      "duration_s": 1.0, "bytes": 0},
@@ -262,7 +262,7 @@ def test_time_contended_runs_helpers():
 
 def test_layer_api_calibration_on_synthetic_models(rt2, cache):
     from legionpy.measure.calibration import _mlp, calibrate_layer_overhead
-    from legionpy.optimizer.calibration import measure_kernel_concurrency
+    from legionpy.probe.overhead import measure_kernel_concurrency
 
     figs = calibrate_layer_overhead(Machine.local(), steps=2, warmup=1, cost="analytic",
                                     models=lambda: [_mlp(2), _mlp(4)],

@@ -29,7 +29,7 @@ def test_a_profile_recorded_on_this_gpu_backs_the_preset_of_its_name(tmp_path, m
                                                                      capsys):
     from legionpy.optimizer import Machine
     from legionpy.optimizer.costmodel import default_cost_model
-    from legionpy.optimizer.profiles import preset_for_gpu, read_profile
+    from legionpy.optimizer.recorded_profiles import preset_for_gpu, read_profile
 
     name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
     name = name.decode() if isinstance(name, bytes) else str(name)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -93,10 +92,10 @@ class _FakeRuntime:
 
 @pytest.fixture
 def fake_runtime(monkeypatch):
+    from legionpy.regions import region
+
     rt = _FakeRuntime()
-    module = types.ModuleType("legionpy.runtime")
-    module.runtime = lambda: rt
-    monkeypatch.setitem(sys.modules, "legionpy.runtime", module)
+    monkeypatch.setattr(region, "_data_owner", lambda: rt)
     return rt
 
 
@@ -124,3 +123,24 @@ def test_subregion_attributes():
     assert s.fields is R.fields and s.volume == 8
     assert P[1, 2] is s  # cached: the same object each time
     assert "A" in s.name and "A" in repr(s)
+
+
+def test_data_access_without_a_runtime_says_what_to_do():
+    """regions never import the runtime: it installs itself as the data
+    owner when imported; before that, read and write fail naming the fix."""
+    import subprocess
+
+    code = ("import numpy as np\n"
+            "from legionpy.errors import RegionError\n"
+            "from legionpy.regions import Region\n"
+            "R = Region((4,), {'x': np.float32}, name='A')\n"
+            "try:\n"
+            "    R.read('x')\n"
+            "except RegionError as e:\n"
+            "    print(e)\n"
+            "import legionpy.runtime\n"
+            "print(R.read('x').tolist())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert "A.read('x')" in out[0] and "import legionpy.runtime" in out[0]
+    assert out[1] == "[0.0, 0.0, 0.0, 0.0]"

@@ -60,7 +60,7 @@ def test_search_cache_hits_on_the_local_machine(tmp_path, monkeypatch):
     cached strategy, even when a re-measurement would give other figures."""
     import itertools
 
-    from legionpy.optimizer import machine as machine_mod
+    from legionpy.probe import machine as machine_mod
 
     monkeypatch.setenv("LEGIONPY_CACHE", str(tmp_path / "cache"))
     noise = itertools.count(1)
@@ -70,7 +70,7 @@ def test_search_cache_hits_on_the_local_machine(tmp_path, monkeypatch):
         return {"bandwidth": 1e9 * k, "flops": 1e10 * k, "repeats": repeats,
                 "measured_at": float(k)}
 
-    monkeypatch.setattr(machine_mod, "_measure_cpu", noisy)
+    monkeypatch.setattr(machine_mod, "measure_cpu", noisy)
     monkeypatch.setattr(machine_mod, "_cpu_memo", {})
     g = models.lenet(batch_size=16).graph
     first = Machine.local(2)
@@ -90,7 +90,7 @@ def test_search_cache_hits_on_the_local_machine(tmp_path, monkeypatch):
 
 
 def test_local_machine_figures_are_cached_on_disk(tmp_path, monkeypatch):
-    from legionpy.optimizer import machine as machine_mod
+    from legionpy.probe import machine as machine_mod
 
     monkeypatch.setenv("LEGIONPY_CACHE", str(tmp_path))
     monkeypatch.setattr(machine_mod, "_cpu_memo", {})

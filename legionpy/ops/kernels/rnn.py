@@ -51,7 +51,7 @@ class LSTMLayerCache(NamedTuple):
     tanh_c: Any  # (T, N, H)
 
 
-def _activate(z: Any, c_prev: Any) -> tuple[Any, Any, Any]:
+def lstm_activate(z: Any, c_prev: Any) -> tuple[Any, Any, Any]:
     """Turn pre-activations z (N, 4H) into gates IN PLACE; returns (h, c, tanh_c)."""
     xp = array_module(z)
     hid = c_prev.shape[1]
@@ -65,7 +65,8 @@ def _activate(z: Any, c_prev: Any) -> tuple[Any, Any, Any]:
     return o * tanh_c, c, tanh_c
 
 
-def _dgates(dh: Any | None, dc: Any | None, gates: Any, c_prev: Any, tanh_c: Any, dz: Any) -> Any:
+def lstm_dgates(dh: Any | None, dc: Any | None, gates: Any, c_prev: Any, tanh_c: Any,
+                dz: Any) -> Any:
     """Fill dz (N, 4H) with the pre-activation gradients; return dc_prev."""
     hid = c_prev.shape[1]
     i, f, g, o = (gates[:, k * hid : (k + 1) * hid] for k in range(4))
@@ -98,7 +99,7 @@ def lstm_cell_forward(
     xh = xp.concatenate([x, h_prev], axis=1)
     z = xp.matmul(xh, weight)
     z += bias
-    h, c, tanh_c = _activate(z, c_prev)
+    h, c, tanh_c = lstm_activate(z, c_prev)
     return h, c, LSTMCache(xh, z, c_prev, tanh_c)
 
 
@@ -112,7 +113,7 @@ def lstm_cell_backward(
     """
     xp = array_module(cache.xh, weight)
     dz = xp.empty_like(cache.gates)
-    dc_prev = _dgates(dh, dc, cache.gates, cache.c_prev, cache.tanh_c, dz)
+    dc_prev = lstm_dgates(dh, dc, cache.gates, cache.c_prev, cache.tanh_c, dz)
     dw = xp.matmul(cache.xh.T, dz)
     db = dz.sum(axis=0)
     dxh = xp.matmul(dz, weight.T)
@@ -149,7 +150,7 @@ def lstm_layer_forward(
         h_prev[t], c_prev[t] = h, c
         z = gates[t]
         z += xp.matmul(h, w_h)
-        h, c, tc = _activate(z, c)
+        h, c, tc = lstm_activate(z, c)
         hs[t], tanh_c[t] = h, tc
     return hs, h, c, LSTMLayerCache(xs, h_prev, gates, c_prev, tanh_c)
 
@@ -178,7 +179,7 @@ def lstm_layer_backward(
     for t in range(steps - 1, -1, -1):
         if dhs is not None:
             dh = dhs[t] if dh is None else dh + dhs[t]
-        dc = _dgates(dh, dc, cache.gates[t], cache.c_prev[t], cache.tanh_c[t], dz[t])
+        dc = lstm_dgates(dh, dc, cache.gates[t], cache.c_prev[t], cache.tanh_c[t], dz[t])
         dh = xp.matmul(dz[t], w_h.T)
     dz2 = dz.reshape(steps * n, 4 * hid)
     dw = xp.empty_like(weight)

@@ -52,7 +52,7 @@ from .hierarchical import HierarchicalResult, hierarchical
 from .mcmc import MCMCResult, initial_candidates
 from .mcmc import mcmc as run_mcmc
 from .partitioner import PartitionResult, partition
-from .space import ConfigSpace
+from .space import ConfigSpace, symmetric_table
 from .stages import staged_candidates
 
 __all__ = ["mcmc", "run_mcmc", "run_all", "SearchReport", "search_for_model", "eliminate",
@@ -63,6 +63,13 @@ __all__ = ["mcmc", "run_mcmc", "run_all", "SearchReport", "search_for_model", "e
 
 DEFAULT_METHODS = ("data", "model", "expert", "partitioner", "elimination", "hierarchical",
                    "mcmc")
+#: with collective sync on more than :data:`AT_SCALE` devices (docs/seam.md):
+#: the methods whose strategies simulate in seconds there (node-symmetric
+#: baselines, one node per class) and MCMC started from them; the others
+#: (model, OWT, the DP, the partitioner, hierarchical) build full graphs of
+#: millions of tasks per strategy and are opt-in through ``methods``
+SCALE_METHODS = ("data", "hybrid", "mcmc")
+AT_SCALE = 256
 
 
 def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | None = None,
@@ -140,9 +147,12 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
             cost_model=None, space: ConfigSpace | None = None,
             progress: Callable[[int, int | None, float], None] | None = None,
             stage: Callable[[str], None] | None = None,
-            found: dict | None = None) -> SearchReport:
+            found: dict | None = None, sync: str = "shards") -> SearchReport:
     """Run ``methods`` (default :data:`DEFAULT_METHODS`; add ``"exhaustive"``
-    for tiny cases) and simulate each result.
+    for tiny cases, ``"hybrid"`` for the data-across-nodes / tensor-inside
+    baseline) and simulate each result. ``sync``: the simulator's gradient
+    sync (docs/seam.md); with ``"collective"`` on more than :data:`AT_SCALE`
+    devices the default methods are :data:`SCALE_METHODS`.
 
     The budget (issue 18): the searches together take at most ``budget_s``
     seconds (plus one proposal). The elimination DP may use up to 60% of it
@@ -155,17 +165,18 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
     of its starting points. With ``iterations`` MCMC never reads the clock
     (deterministic) and the other methods get no deadline."""
     t0 = time.perf_counter()
-    methods = list(methods or DEFAULT_METHODS)
+    scale = sync == "collective" and machine.num_devices > AT_SCALE
+    methods = list(methods or (SCALE_METHODS if scale else DEFAULT_METHODS))
     ename = expert_name(graph)
     methods = [ename if m in ("expert", "owt") else m for m in methods]
     unknown = set(methods) - {"data", "model", ename, "partitioner", "elimination", "mcmc",
-                              "exhaustive", "hierarchical"}
+                              "exhaustive", "hierarchical", "hybrid"}
     if unknown:
         from ...errors import StrategyError
         raise StrategyError(f"unknown search methods {sorted(unknown)}; known: "
-                            f"{list(DEFAULT_METHODS) + ['owt', 'exhaustive']}")
+                            f"{list(DEFAULT_METHODS) + ['owt', 'exhaustive', 'hybrid']}")
     cost_model = cost_model or default_cost_model(machine)  # one model for every method
-    sim = Simulator(graph, machine, cost_model)
+    sim = Simulator(graph, machine, cost_model, sync=sync)  # sync: docs/seam.md
     rep = SearchReport(graph.name, machine.name)
     # {method: (strategy, search s)} as methods finish; a caller's dict keeps
     # the results so far when Ctrl-C ends the search (legionpy search)
@@ -193,8 +204,8 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
     for m in methods:
         if m in base:
             found[m] = (base[m], 0.0)
-    for m in ("data", ename):
-        if m in methods or "mcmc" in methods:
+    for m in ("data", ename, "hybrid"):
+        if m in methods or ("mcmc" in methods and not scale and m != "hybrid"):
             score(base[m])
     t_search, scored_before = time.perf_counter(), scoring[0]
     timed = iterations is None
@@ -258,15 +269,21 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
     if "mcmc" in methods:
         if stage:
             stage("mcmc")
-        init = initial_candidates(graph, machine, seed, space, dp_s)
+        if scale:  # starts that simulate in seconds at this scale
+            init = {m: base[m] for m in ("data", "hybrid") if m in methods or m == "data"}
+        else:
+            init = initial_candidates(graph, machine, seed, space, dp_s)
         if hier is not None and hier.stages > 1:  # a start that fits where data does not
             init["hierarchical"] = hier.strategy
         known = {n: cost(s) for n, s in init.items() if n != "random"}
         left = max(0.0, deadline - time.perf_counter()) if timed else budget_s
         t1 = time.perf_counter()
+        # at scale: proposals among node-symmetric configs, each simulated
+        # on one node per class in about a second (docs/search.md)
+        table = symmetric_table(graph, machine, space) if scale else None
         mr = run_mcmc(graph, machine, left, seed, iterations, space=space, initial=init,
                       simulator=sim, progress=progress, known_costs=known,
-                      full_sim_s=scoring[0] / max(1, len(scored)))
+                      full_sim_s=scoring[0] / max(1, len(scored)), table=table)
         found["mcmc"] = (mr.strategy, time.perf_counter() - t1 + dp_t)
         if mr.result is not None:
             score(mr.strategy, mr.result)

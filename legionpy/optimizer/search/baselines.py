@@ -25,9 +25,11 @@ def expert_name(graph) -> str:
 
 
 def baselines(graph, machine) -> dict[str, Strategy]:
-    """``{"data": ..., "model": ..., "owt" | "expert": ...}``."""
+    """``{"data": ..., "model": ..., "owt" | "expert": ..., "hybrid": ...}``
+    (``hybrid``: data parallel across nodes, tensor parallel inside each)."""
     expert = (Strategy.rnn_expert(graph, machine) if is_rnn(graph)
               else Strategy.owt(graph, machine))
     return {"data": Strategy.data_parallel(graph, machine),
             "model": Strategy.model_parallel(graph, machine),
-            expert_name(graph): expert}
+            expert_name(graph): expert,
+            "hybrid": Strategy.hybrid(graph, machine)}

@@ -42,7 +42,7 @@ import numpy as np
 from ..simulator import Simulator
 from ..strategy import Strategy
 from .costs import AdditiveCosts
-from .mcmc import _Walker
+from .mcmc import Walker
 from .space import ConfigSpace
 
 __all__ = ["exhaustive", "ExhaustiveResult"]
@@ -91,7 +91,7 @@ def exhaustive(graph, machine, space: ConfigSpace | None = None, cost_model=None
             longest[i] = w[i] + max((longest[p] for p in preds[i]), default=0.0)
         return max(float(load.max()), (float(load.sum()) + suffix_work[k]) / D, max(longest))
 
-    walker = _Walker(sim, True)
+    walker = Walker(sim, True)
     best_strategy, best_cost = None, math.inf
     try:
         from .elimination import eliminate

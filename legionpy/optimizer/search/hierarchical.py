@@ -39,7 +39,7 @@ import numpy as np
 from ..costmodel import default_cost_model
 from ..memory import INFEASIBLE_BASE_S
 from ..simulator import Simulator
-from ..strategy import Strategy, _split_first
+from ..strategy import Strategy, split_first
 
 __all__ = ["hierarchical", "HierarchicalResult", "stage_counts", "staged_strategy"]
 
@@ -105,7 +105,7 @@ def staged_strategy(graph, machine, stages: int, work: np.ndarray) -> Strategy:
     out = {}
     for op, j in zip(graph.ops, stage.tolist()):
         devs = list(range(j * size, (j + 1) * size))
-        out[op.name] = _split_first(op, ("sample", "parameter", "attribute"), devs)
+        out[op.name] = split_first(op, ("sample", "parameter", "attribute"), devs)
     return Strategy(out, graph.name, machine.name)
 
 

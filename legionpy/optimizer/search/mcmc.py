@@ -107,7 +107,7 @@ def _cost(r) -> float:
     return r.search_cost
 
 
-class _Walker:
+class Walker:
     """One simulator positioned at ``current``; moves by delta (or full runs)."""
 
     def __init__(self, sim: Simulator, use_delta: bool) -> None:
@@ -157,7 +157,7 @@ def _groups(graph, table: Mapping[str, list]) -> list[list[str]]:
             and all(table[n] == table[ns[0]] for n in ns)]
 
 
-def polish(walker: _Walker, strategy: Strategy, cost: float, table: Mapping[str, list],
+def polish(walker: Walker, strategy: Strategy, cost: float, table: Mapping[str, list],
            max_sweeps: int = 20, deadline: float | None = None) -> tuple[Strategy, float, int]:
     """Hill-climb over single-op changes until none improves (or ``max_sweeps``)."""
     cost = walker.goto(strategy)
@@ -223,7 +223,7 @@ def mcmc(graph, machine, budget_s: float = 30, seed: int = 0, iterations: int | 
     table = dict(table) if table is not None else space.table(graph, machine)
     movable = [n for n, c in table.items() if len(c) > 1]
     groups = _groups(graph, table) if group_moves > 0 else []
-    walker = _Walker(sim, use_delta)
+    walker = Walker(sim, use_delta)
     walker.full_s = full_sim_s
     known = dict(known_costs or {})
     names = list(initial)

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 from ..strategy import ParallelConfig, Strategy
 
-__all__ = ["ConfigSpace", "divisors", "neighbours", "space_size"]
+__all__ = ["ConfigSpace", "divisors", "neighbours", "space_size", "symmetric_table"]
 
 
 def divisors(n: int, at_most: int) -> list[int]:
@@ -161,6 +161,51 @@ class ConfigSpace:
         """A uniformly random config per op (``rng``: ``random.Random``)."""
         table = self.table(graph, machine)
         return Strategy({n: rng.choice(c) for n, c in table.items()}, graph.name, machine.name)
+
+
+def symmetric_table(graph, machine, space: ConfigSpace | None = None
+                    ) -> dict[str, list[ParallelConfig]]:
+    """``{op name: configs}`` of node-symmetric configs only (issue 24; the
+    strategies :mod:`legionpy.optimizer.symmetry` simulates one node of):
+    a config of one node (``space`` over ``G`` devices, no reduction splits,
+    every split dim after the sample dim) repeated on every node by
+    multiplying its sample degree by the node count ``N``; node ``m`` runs
+    the node config on its devices ``m G + l``. Data parallelism and
+    :meth:`Strategy.hybrid` are in it. Where an op has none (its sample dim
+    does not divide), its data-parallel config is its only one."""
+    N = machine.num_nodes
+    G = machine.num_devices // max(1, N)
+    space = space or ConfigSpace()
+    local = ConfigSpace(space.labels, space.max_split_dims, space.pow2, space.degrees,
+                        "zero", G, False)
+    memo: dict = {}
+    out = {}
+    for op in graph.ops:
+        k = (op.output_shape, op.dims)
+        if k not in memo:
+            cfgs = []
+            s = op.dims.index("sample") if "sample" in op.dims else None
+            for degs in (local.degree_tuples(op, G) if s is not None else []):
+                if any(d < s and x > 1 for d, x in enumerate(degs)):
+                    continue  # a split before the sample dim interleaves the nodes
+                if op.output_shape[s] % (degs[s] * N):
+                    continue
+                n = math.prod(degs)
+                full = tuple(x * N if d == s else x for d, x in enumerate(degs))
+                devs = tuple(m * G + j for m in range(N) for j in range(n))
+                cfgs.append(ParallelConfig(full, devs))
+            if not cfgs:
+                cfgs = [Strategy.data_parallel(_One(op), machine)[op.name]]
+            memo[k] = cfgs
+        out[op.name] = memo[k]
+    return out
+
+
+class _One:
+    """A one-op graph view for :meth:`Strategy.data_parallel`."""
+
+    def __init__(self, op) -> None:
+        self.ops, self.name = [op], "op"
 
 
 def space_size(table: dict[str, list]) -> float:

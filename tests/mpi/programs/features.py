@@ -8,7 +8,7 @@ import numpy as np
 from mpi4py import MPI
 
 import legionpy as lp
-from legionpy.runtime.calibrate import describe_job
+from legionpy.probe.job import describe_job
 
 comm = MPI.COMM_WORLD
 rank, size = comm.rank, comm.size

@@ -1,4 +1,5 @@
-"""Profiling: run the real tile kernels of an operator and time them.
+"""Kernel timing: run the real tile kernels of an operator and time them.
+(Named ``optimizer/profile.py`` before issue 23.)
 
 :func:`tile_runner` is the ``runner`` of
 :class:`~legionpy.optimizer.costmodel.MeasuredCostModel`: for one operator,

@@ -1,5 +1,6 @@
 """Vectorised task-graph blocks of replicated parameters (the data-parallel
 case), built with numpy instead of replaying the coherence state machine.
+(Named ``optimizer/replicated.py`` before issue 23.)
 
 A parameter block (docs/taskgraph.md, "Sharded weight updates") is the bulk
 of a data-parallel task graph: with ``n`` replicas and ``s`` update shards
@@ -29,7 +30,7 @@ closed form, which :func:`replicated_block` builds in arrays:
 The tasks and edges are exactly those of the general replay (same keys,
 durations, resources, bytes, memory and dependences; the order of tasks
 inside the block differs, which nothing depends on).
-tests/unit/test_replicated.py checks that on random strategies.
+tests/unit/test_replica_blocks.py checks that on random strategies.
 """
 
 from __future__ import annotations

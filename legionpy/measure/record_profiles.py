@@ -1,14 +1,15 @@
 """Record the GPU profile a preset ships with (issue 16 item 6): the engine
 of ``legionpy profile --zoo --out DIR``.
+(Named ``measure/gpuprofile.py`` before issue 23.)
 
 For each zoo model (at the paper's shapes by default) it measures, on this
 machine's GPU, every distinct tile that the ``data``, ``model`` and
 ``expert`` strategies need on 1, 2, 4, 8 and 16 devices of the preset (a
 tile's shape depends only on the degrees, so a one-GPU machine measures
 the tiles of an 8-GPU strategy), with the real tile kernels
-(:func:`legionpy.optimizer.profile.tile_runner`: 2 warm-up + 5 timed runs,
+(:func:`legionpy.optimizer.kernel_timing.tile_runner`: 2 warm-up + 5 timed runs,
 median, each synchronised), and writes ``DIR/PRESET-MODEL.json`` in the
-format :mod:`legionpy.optimizer.profiles` loads: the cost table plus what
+format :mod:`legionpy.optimizer.recorded_profiles` loads: the cost table plus what
 was measured (the device's name as the driver reports it, CuPy, CUDA
 runtime and driver versions, the models, shapes, strategies and device
 counts covered).
@@ -39,9 +40,9 @@ import numpy as np
 from .. import __version__
 from ..errors import MachineError, StrategyError
 from ..optimizer.costmodel import COSTS_FORMAT, MeasuredCostModel, default_cache_path
+from ..optimizer.kernel_timing import profile_model, tile_runner
 from ..optimizer.machine import DeviceSpec, Machine
-from ..optimizer.profile import profile_model, tile_runner
-from ..optimizer.profiles import (
+from ..optimizer.recorded_profiles import (
     PROFILE_FORMAT,
     packaged_dir,
     preset_for_gpu,
@@ -78,9 +79,9 @@ def device_identity() -> dict[str, Any]:
         return {"kind": "gpu", "name": name, "backend": "cupy", "emulated": False,
                 "compute_capability": str(cupy.cuda.Device(0).compute_capability),
                 "memory_bytes": int(props["totalGlobalMem"]), "versions": versions}
-    from ..optimizer.machine import _cpu_identity
+    from ..probe.machine import cpu_identity
 
-    return {"kind": "cpu", "name": _cpu_identity()["cpu"], "backend": "numpy",
+    return {"kind": "cpu", "name": cpu_identity()["cpu"], "backend": "numpy",
             "emulated": False, "versions": versions}
 
 
@@ -125,7 +126,7 @@ def record_profile(models: Sequence[str], out_dir: str, preset: str | None = Non
                    ) -> list[dict[str, Any]]:
     """Profile each zoo model of ``models`` on this machine's GPU (see the
     module docstring) and write ``out_dir/PRESET-MODEL.json``. ``preset``:
-    default :func:`~legionpy.optimizer.profiles.preset_for_gpu` of the
+    default :func:`~legionpy.optimizer.recorded_profiles.preset_for_gpu` of the
     device's name. ``progress(model, done, total, op)`` after every tile.
     Returns one summary per model ``{"model", "file", "tiles", "seconds"}``."""
     from ..models import check_model, sizes_for

@@ -1,5 +1,7 @@
 """``compile(strategy=...)``: from a name, a Strategy or a JSON path to a
-validated :class:`~legionpy.optimizer.Strategy` for this graph and machine.
+validated :class:`~legionpy.optimizer.Strategy` for this graph and machine
+(moved from ``nn/strategies.py``: the StrategyMapper resolves the same specs,
+and mappers sit below ``nn``; ``legionpy.nn`` re-exports both functions).
 
 ``"search"`` runs the optimizer's search (all methods, best by the
 simulator) for this graph on this machine and caches the result by model and
@@ -26,7 +28,7 @@ __all__ = ["resolve_strategy", "search_strategy", "NAMED"]
 def search_strategy(graph: Any, machine: Any) -> Strategy:
     """The strategy ``compile(strategy="search")`` uses (see the module doc)."""
     from ..optimizer.search import search_for_model
-    from ..runtime.mpi import cluster, launched_under_mpi
+    from ..runtime.mpi import bcast_root, launched_under_mpi
 
     budget = float(os.environ.get("LEGIONPY_SEARCH_BUDGET", "10"))
     iterations = os.environ.get("LEGIONPY_SEARCH_ITERATIONS")
@@ -37,9 +39,10 @@ def search_strategy(graph: Any, machine: Any) -> Strategy:
 
     if not launched_under_mpi():
         return run()
-    comm = cluster().coll
-    found = run().to_dict() if comm.Get_rank() == 0 else None
-    return Strategy.from_dict(comm.bcast(found, root=0), graph)
+    from ..runtime.mpi import cluster
+
+    found = run().to_dict() if cluster().rank == 0 else None
+    return Strategy.from_dict(bcast_root(found), graph)
 
 
 def resolve_strategy(spec: Any, graph: Any, machine: Any) -> Strategy:

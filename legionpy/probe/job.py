@@ -1,4 +1,5 @@
-"""Machine calibration: what the job has, and how fast its links are.
+"""What the job has, and how fast its links are (moved from
+``runtime/calibrate.py``: measuring lives in :mod:`legionpy.probe`).
 
 ``describe_job()`` returns a plain dict (JSON-ready) describing the devices
 of this process or MPI job, with measured link figures::
@@ -43,6 +44,9 @@ from typing import Any
 import numpy as np
 
 from ..atomic import atomic_write_json, cache_dir
+from ..runtime import get_runtime
+from ..runtime.gpu import backend
+from ..runtime.mpi import bcast_root, cluster, launched_under_mpi
 
 __all__ = ["describe_job", "cache_dir"]
 
@@ -89,16 +93,12 @@ def _pingpong(comm: Any, peer: int, lead: bool) -> dict[str, float] | None:
 
 
 def _devices() -> list[dict]:
-    from . import get_runtime
-
     return [{"id": d.id, "kind": d.kind, "rank": d.rank, "local_index": d.local_index}
             for d in get_runtime().devices]
 
 
 def describe_job(refresh: bool = False) -> dict[str, Any]:
     """The job's ranks, hosts, devices and measured links (see the module doc)."""
-    from .mpi import cluster, launched_under_mpi
-
     cl = cluster() if launched_under_mpi() else None
     devices = _devices()
     hosts = list(cl.hosts) if cl is not None else [socket.gethostname()]
@@ -117,8 +117,7 @@ def describe_job(refresh: bool = False) -> dict[str, Any]:
             found = json.loads(path.read_text())
         except (OSError, ValueError):
             found = None
-    if cl is not None and cl.size > 1:
-        found = cl.world.bcast(found, root=0)
+    found = bcast_root(found)
     if found is None:
         found = _measure(cl, hosts, devices, per_rank, key)
         if cl is None or cl.rank == 0:
@@ -139,7 +138,7 @@ def _measure(cl: Any, hosts: list[str], devices: list, per_rank: list, key: str)
                 if got is not None:
                     pairs[f"0-{peer}"] = got
             comm.Barrier()
-        pairs = comm.bcast(pairs, root=0)
+        pairs = bcast_root(pairs)
     nodes: dict[str, list[int]] = {}
     for r, h in enumerate(hosts):
         nodes.setdefault(h, []).append(r)
@@ -156,17 +155,13 @@ def _measure(cl: Any, hosts: list[str], devices: list, per_rank: list, key: str)
     out = {"ranks": len(hosts), "hosts": hosts, "nodes": nodes, "devices": devices,
            "devices_per_rank": per_rank, "links": links, "pairs": pairs, "key": key,
            "measured_s": time.perf_counter() - t0}
-    if cl is not None and cl.size > 1:
-        out = cl.coll.bcast(out, root=0)
-    return out
+    return bcast_root(out)
 
 
 def _gpu_memcpy(devices: list) -> dict | None:
     if not any(d["kind"] == "gpu" for d in devices):
         return None
-    from .gpu import backend  # CuPy, or the emulated backend (runtime/emugpu.py)
-
-    gpu = backend()
+    gpu = backend()  # CuPy, or the emulated backend (runtime/emugpu.py)
     with gpu.Device(0) as dev:
         a = gpu.asarray(np.ones(_BIG, np.uint8))
         b = a.copy()

@@ -10,7 +10,7 @@ import pytest
 from legionpy.cli import main
 from legionpy.optimizer import Graph, Machine, Simulator, Strategy, TableCostModel
 from legionpy.optimizer.costmodel import MeasuredCostModel, cost_key
-from legionpy.optimizer.profile import profile_model, required_tiles, tile_arrays, tile_runner
+from legionpy.optimizer.kernel_timing import profile_model, required_tiles, tile_arrays, tile_runner
 
 
 def _graph():

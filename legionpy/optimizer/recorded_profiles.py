@@ -3,6 +3,7 @@ kernel times of a real GPU, so ``simulate`` and ``search`` on that GPU's
 preset run on them anywhere, a laptop included (FlexFlow section 5.1: the
 simulator's exeTime of a task is the measured time of its kernel on that
 device kind, A1).
+(Named ``optimizer/profiles.py`` before issue 23.)
 
 Where: ``legionpy/data/profiles/`` (package data), or the folder
 ``$LEGIONPY_PROFILES`` names (``LEGIONPY_PROFILES=off`` turns packaged

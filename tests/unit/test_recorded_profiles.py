@@ -16,7 +16,7 @@ from legionpy.models import graph as zoo_graph
 from legionpy.optimizer import Machine, Simulator, Strategy, TableCostModel, search
 from legionpy.optimizer.costmodel import AnalyticCostModel, cost_key, default_cost_model
 from legionpy.optimizer.machine import PRESETS
-from legionpy.optimizer.profiles import (
+from legionpy.optimizer.recorded_profiles import (
     packaged_dir,
     preset_for_gpu,
     preset_profile,

@@ -1,0 +1,214 @@
+"""The runtime measured on this machine: its own per-task overhead, the
+kernels' slowdown when every device runs at once, and the cores other
+programs keep busy (moved from ``optimizer/fidelity.py`` and
+``optimizer/calibration.py``: the optimizer holds the models these figures
+feed, :class:`~legionpy.optimizer.fidelity.RuntimeOverhead` and the
+simulator, and never runs a task).
+
+* :func:`measure_runtime_overhead`: :class:`RuntimeOverhead` with empty
+  tasks (never with the models being compared), the method in
+  :mod:`legionpy.optimizer.fidelity`'s module doc;
+* :func:`measure_kernel_concurrency`: a GEMM and a memory-bound stream
+  launched on ONE device, then on every device at once, through the runtime
+  (so with its worker threads, BLAS limits and MPI ranks as in training);
+  the ratios of the median kernel times are ``kernel_scale`` /
+  ``kernel_scale_mem``;
+* :func:`cpu_clock` / :func:`background_cores`: the machine's busy
+  CPU-seconds from ``/proc/stat`` less this job's, over the wall time.
+
+All are collective under MPI and return rank 0's figures on every rank.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from typing import Any
+
+import numpy as np
+
+from .. import runtime as lr
+from ..optimizer.fidelity import RuntimeOverhead
+from ..regions import WD, Partition, R, Region
+from ..runtime import LaunchOptions, TaskFunction
+from ..runtime.mpi import allgather, bcast_root
+from .machine import local_machine
+
+__all__ = ["measure_runtime_overhead", "measure_kernel_concurrency", "cpu_clock",
+           "background_cores"]
+
+
+def measure_runtime_overhead(launches: int = 120, tile_rows: int = 16) -> RuntimeOverhead:
+    """Measure :class:`RuntimeOverhead` on the current runtime with empty
+    tasks (never with the models being compared): index launches of one
+    point per device with 1 and with 6 region requirements (the per-task and
+    per-requirement terms are the line through the two medians, for the
+    control thread and for the workers), then pairs of launches where the
+    second reads, with a one-tile shift, what the first wrote on another
+    device (one copy per point: the extra control-thread time of the second
+    launch, and the copy records' durations less the link model's latency
+    and bytes). Under MPI it is collective and returns rank 0's figures on
+    every rank. Takes ~0.3 s."""
+    rt = lr.get_runtime()
+    n = len(rt.devices)
+    shape = (n * tile_rows, 16)
+    regs = [Region(shape, {"x": np.float32}, name=f"_ovh_{i}") for i in range(6)]
+    for r in regs:
+        r.write("x", np.zeros(shape, np.float32))
+    parts = [Partition.equal(r, (n, 1)) for r in regs]
+    colors = parts[0].colors
+    shifted = Partition.by_rects(regs[1], {c: parts[1][((c[0] + 1) % n, 0)].rect
+                                           for c in colors})
+
+    def empty(*_args: Any) -> None:
+        return None
+
+    tasks = {}
+    for k in (1, 6):
+        tasks[k] = (TaskFunction(empty, [WD("x")] + [R("x")] * (k - 1), name=f"_ovh_{k}",
+                                 kind="compute"), LaunchOptions(f"_ovh_{k}", "compute", None))
+    wr = (TaskFunction(empty, [WD("x")], name="_ovh_w", kind="compute"),
+          LaunchOptions("_ovh_w", "compute", None))
+    rd = (TaskFunction(empty, [WD("x"), R("x")], name="_ovh_r", kind="compute"),
+          LaunchOptions("_ovh_r", "compute", None))
+
+    def launch(t: tuple, args: list) -> float:
+        t0 = time.perf_counter()
+        lr.index_launch(t[0], colors, *args, launch_options=t[1])
+        return (time.perf_counter() - t0) / n
+
+    control: dict[int, list] = {1: [], 6: []}
+    for k, t in tasks.items():
+        for _ in range(10):  # warm up the launch path's caches
+            launch(t, parts[:k])
+        lr.fence()
+    with rt.trace.tap() as tap:  # leaves the user's LEGIONPY_TRACE whole
+        for i in range(launches):
+            for k, t in tasks.items():
+                control[k].append(launch(t, parts[:k]))
+            if i % 10 == 9:
+                lr.fence()  # keep the queues short: the workers never starve the control thread
+        lr.fence()
+        plain, copied = [], []
+        if n > 1:
+            for i in range(launches // 2):
+                launch(wr, [parts[1]])
+                plain.append(launch(rd, [parts[2], parts[1]]))
+                launch(wr, [parts[1]])
+                copied.append(launch(rd, [parts[2], shifted]))
+                if i % 10 == 9:
+                    lr.fence()
+        lr.fence()
+    recs = tap.records()
+    med = statistics.median
+    work = {k: [r["end"] - r["start"] for r in recs if r["kind"] == "compute"
+                and r["name"].startswith(f"_ovh_{k}")] for k in (1, 6)}
+    copies = [r["end"] - r["start"] for r in recs if r["kind"] == "copy"]
+    c1, c6 = med(control[1]), med(control[6])
+    w1, w6 = med(work[1]), med(work[6])
+    mine = {"req_launch_s": max(0.0, (c6 - c1) / 5), "req_task_s": max(0.0, (w6 - w1) / 5)}
+    mine["launch_s"] = max(0.0, c1 - mine["req_launch_s"])
+    mine["task_s"] = max(0.0, w1 - mine["req_task_s"])
+    mine["copy_launch_s"] = max(0.0, med(copied) - med(plain)) if copied else 0.0
+    mine["copy_s"] = 0.0
+    # Copies: subtract what the link model already charges (latency + bytes / bw).
+    if copies and n > 1:
+        ln = local_machine().links[0]
+        nbytes = tile_rows * 16 * 4
+        mine["copy_s"] = max(0.0, med(copies) - ln.latency - nbytes / ln.bandwidth)
+    figures = bcast_root(mine)
+    return RuntimeOverhead(machine="", **figures)
+
+
+def measure_kernel_concurrency(n: int = 320, elems: int = 1_000_000,
+                               reps: int = 10) -> dict[str, float]:
+    """Kernel slowdown when every device runs at once (module doc), for a
+    compute-bound kernel (four ``n`` x ``n`` float32 GEMMs) and a
+    memory-bound one (four elementwise passes over ``elems`` floats): each
+    launched ``reps`` times as a task on device 0 alone, then on every
+    device at once; medians of the trace's task durations. Returns
+    ``kernel_scale`` / ``kernel_scale_mem`` (together / alone, at least 1)
+    and the two kernels' arithmetic intensities (flop per byte), between
+    which :meth:`RuntimeOverhead.scale_for` interpolates. Collective under
+    MPI (rank 0's figures on every rank)."""
+    rt = lr.get_runtime()
+    ndev = len(rt.devices)
+    reg = Region((ndev * 4, 4), {"x": np.float32}, name="_calib_conc")
+    reg.write("x", np.zeros((ndev * 4, 4), np.float32))
+    part = Partition.equal(reg, (ndev, 1))
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((n, n)).astype(np.float32)
+    bm = rng.standard_normal((n, n)).astype(np.float32)
+    local = threading.local()  # each worker streams over its own array
+
+    def gemm(*_args: Any) -> None:
+        for _ in range(4):
+            a @ bm
+
+    def stream(*_args: Any) -> None:
+        x = getattr(local, "x", None)
+        if x is None:
+            x = local.x = np.ones(elems, np.float32)
+        for _ in range(4):
+            np.maximum(x, 0.0)
+
+    colors = part.colors
+    figures: dict[str, float] = {}
+    for label, fn in (("gemm", gemm), ("stream", stream)):
+        name = f"_calib_{label}"
+        task = TaskFunction(fn, [WD("x")], name=name, kind="compute")
+        opts = LaunchOptions(name, "compute", None)
+        med = {}
+        for mode, cs in (("alone", colors[:1]), ("together", colors)):
+            for _ in range(2):
+                lr.index_launch(task, cs, part, launch_options=opts)
+            lr.fence()
+            with rt.trace.tap() as tap:  # leaves the user's LEGIONPY_TRACE whole
+                for _ in range(reps):
+                    lr.index_launch(task, cs, part, launch_options=opts)
+                    lr.fence()  # one launch at a time: the devices overlap only within it
+            recs = tap.records()
+            ds = [r["end"] - r["start"] for r in recs
+                  if r["kind"] == "compute" and r["name"].startswith(name)]
+            med[mode] = statistics.median(ds) if ds else 0.0
+        figures[f"{label}_alone_s"] = med["alone"]
+        figures[f"{label}_together_s"] = med["together"]
+    g = figures["gemm_together_s"] / figures["gemm_alone_s"] if figures["gemm_alone_s"] else 1
+    m = (figures["stream_together_s"] / figures["stream_alone_s"]
+         if figures["stream_alone_s"] else 1)
+    figures.update(kernel_scale=max(1.0, g), kernel_scale_mem=max(1.0, m),
+                   intensity_compute=2.0 * n ** 3 / (3 * n * n * 4),  # flop / byte
+                   intensity_mem=1.0 / 8)  # one op per float read and written
+    return bcast_root(figures)
+
+
+def cpu_clock() -> tuple[float, float, float] | None:
+    """``(wall s, CPU-seconds the whole machine has been busy, CPU-seconds of
+    this process)`` now, from ``/proc/stat`` (busy = all but idle and iowait,
+    steal included) and :func:`os.times`; None where ``/proc/stat`` is missing."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    t = os.times()
+    return time.perf_counter(), (sum(v) - v[3] - v[4]) / tick, t.user + t.system
+
+
+def background_cores(start: tuple | None, end: tuple | None) -> float | None:
+    """Cores other programs kept busy between two :func:`cpu_clock` readings:
+    the machine's busy CPU-seconds less this job's (every rank's, summed under
+    MPI: collective, ranks assumed on one host, rank 0's figure returned on
+    every rank), over the wall seconds. None when either reading is missing."""
+    ok = start is not None and end is not None
+    own = end[2] - start[2] if ok else 0.0
+    parts = allgather((ok, own))
+    ok, own = all(p[0] for p in parts), sum(p[1] for p in parts)
+    out = None
+    if ok and end[0] > start[0]:
+        out = max(0.0, ((end[1] - start[1]) - own) / (end[0] - start[0]))
+    # rank 0's figure on every rank: what depends on it (a prediction) is collective
+    return bcast_root(out)
