@@ -10,7 +10,7 @@ into task-graph rows for :class:`~legionpy.optimizer.taskgraph.TaskGraph`
 and group ``G`` (``n`` devices, ``B`` bytes of tiles):
 
 - ``RS(b, g)``: one task on the group's communicator resource, after every
-  gradient-ready task (``TaskGraph._grad_ready``: ``B(q, k)``) of every
+  gradient-ready task (``TaskGraph.grad_ready``: ``B(q, k)``) of every
   point using one of the group's tiles; its duration is
   ``collective_time("reduce_scatter", G, B, alg)`` with the algorithm
   :func:`~legionpy.collectives.choose_algorithm` picks on the machine's
@@ -184,14 +184,14 @@ def bucket_block(tg, b: int, cfgs, ext, pack_key, min_duration: float):
                 if wr is not None:  # every point reads wr
                     if not wr.empty and (wr & t.rect).volume:
                         for k in range(tg.rep_points(op.index, cfg)):
-                            contrib.extend(tg._grad_ready(op.index, k))
+                            contrib.extend(tg.grad_ready(op.index, k))
                     continue
                 for k, (tile, j) in enumerate(tg.points(op.index, cfg)):
                     if k >= tg.rep_points(op.index, cfg):
                         break
                     wr = op.part_weight_rect(pname, tile, j, red)
                     if not wr.empty and (wr & t.rect).volume:
-                        contrib.extend(tg._grad_ready(op.index, k))
+                        contrib.extend(tg.grad_ready(op.index, k))
             tiles.append((t, t.users, float(t.rect.volume * item), param, contrib,
                           t.rect.volume))
     L = 2 * tg.P + len(tg.params) + b

@@ -495,7 +495,7 @@ class TaskGraph:
                         raise Asymmetric(p)
 
     # -- collectives -------------------------------------------------------------
-    def _grad_ready(self, q: int, k: int) -> list:
+    def grad_ready(self, q: int, k: int) -> list:
         """Edge codes of the tasks after which point ``k`` of op ``q`` has
         added its weight gradients (docs/seam.md section 5: the pipeline's
         hook; here its backward task)."""

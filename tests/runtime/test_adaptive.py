@@ -10,9 +10,9 @@ import pytest
 
 import legionpy as lp
 from legionpy.mapper import AdaptiveMapper
-from legionpy.mapper.adaptive import modelled_busy, op_tags
 from legionpy.nn import execution
 from legionpy.optimizer import Graph, Machine, Simulator, Strategy
+from legionpy.optimizer.rebalance import modelled_busy, op_tags
 from legionpy.optimizer.strategy import ParallelConfig
 
 

@@ -184,6 +184,11 @@ def all_modules():
     return sorted(p for p in PACKAGE.rglob("*.py"))
 
 
+def against_table(src: str, dst: str) -> bool:
+    """True when module ``src`` importing ``dst`` runs up or sideways."""
+    return group(dst) != group(src) and rank(dst) >= rank(src)
+
+
 def scan():
     """(arrows, privates): every import against the table and every private
     name imported across modules, as found in the source today."""
@@ -193,7 +198,7 @@ def scan():
         me_mod = me[: -len(".__init__")] if me.endswith(".__init__") else me
         me_mod = "" if me_mod == "__init__" else me_mod
         for target, names, line in imports(path):
-            if group(target) != group(me_mod) and rank(target) >= rank(me_mod):
+            if against_table(me_mod, target):
                 arrows.setdefault((me_mod, target), line)
             if target != me_mod:
                 for n in names:
@@ -280,3 +285,20 @@ def test_optimizer_runs_without_the_runtime():
         "m = Machine.local(2)\n"
         "Simulator(g, m).simulate(Strategy.data_parallel(g, m))\n")
     assert not [m for m in loaded if group(m) == "runtime"], loaded
+
+
+@pytest.mark.parametrize("src,dst,bad", [
+    ("optimizer.taskgraph", "runtime.core", True),     # siblings
+    ("runtime.core", "optimizer.strategy", True),
+    ("regions.region", "runtime", True),               # upward
+    ("runtime.core", "mapper", True),
+    ("mapper.strategy", "nn.model", True),
+    ("models", "frontends", True),                     # siblings
+    ("runtime.core", "regions.coherence", False),      # downward
+    ("probe.machine", "optimizer.machine", False),
+    ("nn.model", "mapper.resolve", False),
+    ("runtime.core", "runtime.mapping", False),        # inside a package
+    ("cli", "commands.train", False),                  # one layer
+])
+def test_the_table_judges_arrows(src, dst, bad):
+    assert against_table(src, dst) is bad
