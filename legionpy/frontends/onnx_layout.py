@@ -225,11 +225,25 @@ def as_last_dim(imp, node, x: Lay) -> Lay:
     return x
 
 
+def _fuse_atoms(x: Lay, atoms: list) -> Lay:
+    """The atoms of one whole base dim (in its order) as a single new atom
+    (a ShuffleNet channel shuffle, materialised, then split)."""
+    a = next(_ids)
+    size = {**x.size, a: math.prod(x.size[b] for b in atoms)}
+
+    def sub(lst):
+        return [[a] if g == atoms else [b for b in g if b not in atoms] for g in lst]
+
+    return Lay(x.base, sub(x.dims), sub(x.groups), size)
+
+
 def take(imp, node, x: Lay, axis: int, lo: int, hi: int, keep: bool) -> Lay:
     """ONNX ``x[..., lo:hi, ...]`` along ``axis`` (a slice op on the base);
     ``keep=False`` drops the axis (Gather of one index)."""
     if len(x.groups[axis]) != 1 or x.batch in x.groups[axis]:
         x = materialize(imp, node, x)
+        if x.batch not in x.groups[axis] and x.groups[axis] in x.dims:
+            x = _fuse_atoms(x, x.groups[axis])  # a whole base dim: one atom now
         if len(x.groups[axis]) != 1 or x.batch in x.groups[axis]:
             raise Unsupported(f"indexing axis {axis} of {x.shape} (the batch, or merged axes)")
     a = x.groups[axis][0]

@@ -131,3 +131,15 @@ def test_decomposed_layer_norm_without_scale_folds_to_ones(rt1):
     ln = next(o for o in m.graph.ops if o.kind == "layer_norm")
     assert ln.attrs["eps"] == pytest.approx(1e-6) and len(m.graph.ops) == 3
     np.testing.assert_array_equal(ln.params["gamma"].init["value"], np.ones(8))
+
+
+def test_channel_shuffle_then_split(rt1):
+    """ShuffleNet: view (N, 2, C/2, H, W), transpose, view back, split channels."""
+    g = G.G("shuffle")
+    t = g.node("Reshape", ["x", g.c([G.B, 2, 4, 5, 5])])
+    t = g.node("Transpose", [t], perm=[0, 2, 1, 3, 4])
+    t = g.node("Reshape", [t, g.c([G.B, -1, 5, 5])])
+    a, b = g.node("Split", [t, g.c([4, 4])], outs=2, axis=1)
+    b = g.node("Conv", [b, g.w(4, 4, 1, 1)], kernel_shape=[1, 1])
+    proto = g.model([("x", G.F, (8, 5, 5))], g.node("Concat", [a, b], axis=1), opset=17)
+    compare(proto, [RNG.standard_normal((2 * G.B, 8, 5, 5)).astype(np.float32)])
