@@ -20,9 +20,17 @@ they are importable from every tier, also when one tier runs alone.
 """
 
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
+
+# A suite started in the background by a non-interactive shell (`cmd &`)
+# inherits an ignored SIGINT, which legionpy rightly leaves alone (Ctrl-C is
+# then off) and which the CLI subprocesses would inherit too: the Ctrl-C
+# tests need the default, so the suite restores it.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 SESSION_TMP = tempfile.mkdtemp(prefix="legionpy-tests-", dir=os.environ.get("LEGIONPY_TEST_TMP"))
 os.environ["LEGIONPY_CACHE"] = os.path.join(SESSION_TMP, "cache")
