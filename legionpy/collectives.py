@@ -43,7 +43,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 from .errors import StrategyError
@@ -483,6 +483,18 @@ def choose_algorithm(kind: str, group: Sequence[int], nbytes: float,
     return best
 
 
+def rounds(step_list: Sequence[Step]) -> Iterator[Sequence[Step]]:
+    """The steps of each round in turn (a round's messages run at once: every
+    transport reads all of a round's sources before applying any of them)."""
+    i = 0
+    while i < len(step_list):
+        j = i
+        while j < len(step_list) and step_list[j].round == step_list[i].round:
+            j += 1
+        yield step_list[i:j]
+        i = j
+
+
 def apply_steps(bufs: dict, step_list: Sequence[Step], bounds: Sequence[tuple[int, int]]
                 ) -> None:
     """Run ``step_list`` on flat buffers ``bufs`` ({device: 1-D array}, numpy
@@ -490,14 +502,9 @@ def apply_steps(bufs: dict, step_list: Sequence[Step], bounds: Sequence[tuple[in
     reference the others are tested against. A round's messages are read
     before any of them is applied (they run at once); ``bounds``: the
     chunks' ``[lo, hi)`` element bounds (:func:`chunk_bounds`)."""
-    i = 0
-    while i < len(step_list):
-        r = step_list[i].round
-        j = i
-        while j < len(step_list) and step_list[j].round == r:
-            j += 1
+    for rnd in rounds(step_list):
         msgs = []
-        for s in step_list[i:j]:
+        for s in rnd:
             parts = [(bounds[c], bufs[s.src][bounds[c][0]:bounds[c][1]].copy())
                      for c in s.chunks]
             msgs.append((s, parts))
@@ -508,4 +515,3 @@ def apply_steps(bufs: dict, step_list: Sequence[Step], bounds: Sequence[tuple[in
                     dst[lo:hi] += data
                 else:
                     dst[lo:hi] = data
-        i = j

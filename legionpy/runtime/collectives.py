@@ -163,14 +163,9 @@ class InProcess:
         if gpu:  # the prologues' folds (each device's stream) before any peer reads
             for a in bufs.values():
                 _sync(a)
-        i = 0
-        while i < len(steps):  # a round's messages are read before any is applied
-            r = steps[i].round
-            j = i
-            while j < len(steps) and steps[j].round == r:
-                j += 1
+        for rnd in C.rounds(steps):  # a round's messages are read before any is applied
             msgs = []
-            for s in steps[i:j]:
+            for s in rnd:
                 src, dst = bufs[pos[s.src]], bufs[pos[s.dst]]
                 t0 = time.perf_counter()
                 k = dst.device.id if is_gpu(dst) else None
@@ -189,7 +184,6 @@ class InProcess:
                     _sync(dst)
                 events.append({"src": s.src, "dst": s.dst, "bytes": s.nbytes,
                                "start": t0, "end": time.perf_counter()})
-            i = j
         _finish(spec, bufs, bounds)
         return events
 
