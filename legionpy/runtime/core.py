@@ -753,7 +753,7 @@ class Runtime:
         if op.state == DONE:
             live = self._live
             if live.get(op.id) is op:  # a trace's end marker id is reused by every replay
-                del live[op.id]
+                live.pop(op.id, None)  # not del: a failing job's shutdown may clear it meanwhile
         else:
             self._failures.append(op)
             if self.repl is not None and not isinstance(op.error.__cause__, TaskError):
