@@ -405,8 +405,12 @@ class Instances:
             self.dead.update(k for k in dying if k not in self.abandoned)
 
     def drop_root(self, uid: int) -> None:
-        for k in [k for k in self.arrays if k[1] == uid]:
-            arr = self.arrays.pop(k)
+        # a snapshot of the keys (list(dict) runs without a thread switch):
+        # workers add instances while a dropped root's are collected here
+        for k in [k for k in list(self.arrays) if k[1] == uid]:
+            arr = self.arrays.pop(k, None)
+            if arr is None:
+                continue
             self.rects.pop(k, None)
             self._account(k[0], -arr.nbytes)
             self._reserve_bytes(k[0], -arr.nbytes)
