@@ -75,6 +75,7 @@ import numpy as np
 from .. import collectives
 from ..errors import StrategyError
 from ..geometry import Rect, block_bound, block_bounds
+from ..pipeline import device_chains, in_flight, recomputes
 from ..placement import param_tiles, update_points
 from ..regions.coherence import FieldState, Piece, Request, choose_source
 from . import simkernels as K
@@ -312,6 +313,13 @@ class TaskGraph:
         self._bfree: list = []  # free rows of _bmax
         self.live_edges: dict = {}
         self.strategy = None
+        #: the pipeline of the strategy held (docs/pipeline.md), else None;
+        #: ``_mfac[o]`` / ``_recomp[o]``: its activation-memory factor (the
+        #: schedule's micro-batches in flight over ``m``) and whether op
+        #: ``o``'s stage recomputes its forward in backward
+        self.pipe = None
+        self._mfac: list = []
+        self._recomp: list = []
         self._alloc(1024, 2048)
 
     # -- pools -------------------------------------------------------------
@@ -674,7 +682,12 @@ class TaskGraph:
                 continue
             f, b = self.cost.op_time(op, tile, spec)
             f, b = f / red, b / red  # one slice of the reduction dim
-            tasks.append((pack_key(o, 0, k), f, dev, F_, out_b, dev, 2 * out_b, -1))
+            mem = 2 * out_b
+            if self.pipe is not None:  # docs/pipeline.md: micro-batches in flight
+                mem *= self._mfac[o]
+                if self._recomp[o]:
+                    b += f  # the forward again, inside the backward task
+            tasks.append((pack_key(o, 0, k), f, dev, F_, out_b, dev, mem, -1))
             if op.has_backward:
                 tasks.append((pack_key(2 * P - 1 - o, 0, k), b, dev, B_, out_b, dev, 0.0, -1))
                 edges.append((len(tasks) - 2, len(tasks) - 1))
@@ -926,7 +939,7 @@ class TaskGraph:
             cfgs = tuple(s[ops[q].name] for q, _ in self.bucket_uses[bid[1]])
         else:
             cfgs = tuple(s[ops[q].name] for q, _ in self.users[bid[1]])
-        ck = (bid, cfgs, self.sym)
+        ck = (bid, cfgs, self.sym, self.pipe if bid[0] == "op" else None)
         blk = self._blocks.get(ck)
         if blk is None:
             if bid[0] == "op":
@@ -1026,6 +1039,30 @@ class TaskGraph:
             self.free_t[self.nfree_t:self.nfree_t + len(ids)] = ids[::-1]
             self.nfree_t += len(ids)
 
+    # -- pipelines (docs/pipeline.md) -----------------------------------------------------
+    def _pipe_factors(self) -> None:
+        """Per op: activation memory held under the schedule (micro-batches
+        in flight / m; a recomputing stage holds one micro-batch's interior
+        activations and its boundary output for those in flight) and
+        whether its backward recomputes the forward."""
+        pipe, g = self.pipe, self.graph
+        stage = pipe.stage_of(g)
+        p, m = pipe.num_stages, pipe.microbatches
+        self._recomp = recomputes(g, pipe)
+        self._mfac = [1.0 / m if rec else in_flight(stage[op.index], p, m, pipe.schedule) / m
+                      for op, rec in zip(g.ops, self._recomp)]
+
+    def _chain_block(self, micro) -> _Block:
+        """Edges only: every device's pipelined forward/backward points in
+        the schedule's order (:func:`legionpy.pipeline.device_chains`)."""
+        coarse = self.strategy
+        chains = device_chains(self.graph, self.pipe, coarse, micro)
+        edges = []
+        for seq in chains.values():
+            codes = [_ext(o, role, k) for role, o, k in seq]
+            edges += list(zip(codes[:-1], codes[1:]))
+        return _Block([], edges)
+
     # -- public ------------------------------------------------------------------------
     def build(self, strategy) -> None:
         """Make the whole task graph for ``strategy`` (validated) in fresh pools:
@@ -1034,6 +1071,10 @@ class TaskGraph:
         strategy.validate(self.graph, self.machine)
         self.strategy = strategy
         self.sym = None
+        self.pipe = strategy.pipeline
+        if self.pipe is not None:  # micro-batches as tiles, chained in schedule order
+            self._pipe_factors()
+            return self._build(strategy.micro(self.graph))
         if (self.symmetry and self.sync == "collective" and self._classes is not None
                 and symmetric_blocks(self.graph, strategy, *self._classes)):
             self.sym = self._classes
@@ -1052,6 +1093,9 @@ class TaskGraph:
         else:
             bids += [("param", w) for w in range(len(self.params))]
         blks = [self._make_block(b, strategy) for b in bids]
+        if self.pipe is not None:
+            bids.append(("pipeline", 0))
+            blks.append(self._chain_block(strategy))
         nt = np.array([len(b.key) for b in blks], np.int64)
         ne = np.array([len(b.esrc) for b in blks], np.int64)
         toff = np.concatenate([[0], np.cumsum(nt)])
