@@ -137,7 +137,10 @@ class Pipeline:
                 raise StrategyError(f"op {op.name!r} is in pipeline stage {stage[op.index]} "
                                     f"(devices {sorted(block)}) but its config places tiles "
                                     f"on {out}")
-            sample_dim(op)
+            if len(set(cfg.devices)) != len(cfg.devices):
+                raise StrategyError(f"op {op.name!r} is pipelined but its config puts two "
+                                    f"tiles on one device ({list(cfg.devices)}); give each "
+                                    "tile its own device of the stage")
             d = cfg.degrees[sample_dim(op)]
             if (op.output_shape[sample_dim(op)] // m) < d:
                 raise StrategyError(f"op {op.name!r}: sample degree {d} exceeds the "
@@ -336,20 +339,35 @@ def recomputes(graph: Any, pipe: Pipeline) -> list[bool]:
 
 def even_cuts(weights: Sequence[float], stages: int) -> list[tuple[int, int]]:
     """``stages`` contiguous ``(first, last)`` index ranges of ``weights``
-    with sums as even as a greedy prefix cut makes them (every stage gets
-    at least one item)."""
+    (each at least one item) whose largest sum is as small as possible (the
+    linear partition problem: bisection on the bottleneck, a greedy pack per
+    guess), the slowest stage being what bounds a pipeline's rate."""
     n = len(weights)
     if not 1 <= stages <= n:
         raise StrategyError(f"cannot cut {n} ops into {stages} pipeline stages")
-    total = float(sum(weights)) or 1.0
-    out, first, acc = [], 0, 0.0
-    for i, w in enumerate(weights):
-        acc += w
-        left = stages - len(out) - 1  # stages still to open after this one
-        if left and (acc >= total * (len(out) + 1) / stages or n - 1 - i == left):
-            out.append((first, i))
-            first = i + 1
-            if len(out) == stages - 1:
-                break
-    out.append((first, n - 1))
-    return out
+    w = [max(0.0, float(x)) for x in weights]
+
+    def pack(limit: float) -> list[tuple[int, int]] | None:
+        out, first, acc = [], 0, 0.0
+        for i, x in enumerate(w):
+            left = stages - len(out) - 1  # stages still to open after this one
+            if i > first and (acc + x > limit or n - i == left):
+                out.append((first, i - 1))
+                first, acc = i, 0.0
+            acc += x
+        out.append((first, n - 1))
+        return out if len(out) == stages and all(
+            sum(w[a:b + 1]) <= limit * (1 + 1e-12) for a, b in out) else None
+
+    lo, hi = max(w), sum(w)
+    best = pack(hi) or [(i, i) for i in range(stages - 1)] + [(stages - 1, n - 1)]
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        got = pack(mid)
+        if got is None:
+            lo = mid
+        else:
+            best, hi = got, mid
+        if hi - lo <= 1e-9 * max(hi, 1e-30):
+            break
+    return best

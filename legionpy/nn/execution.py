@@ -72,6 +72,7 @@ import numpy as np
 
 from .. import runtime as lr
 from ..errors import ModelError
+from ..geometry import Rect
 from ..mapper import StrategyMapper, update_points, weight_tiles
 from ..ops.execute import Tile, check_tiling, loss_gradient, tile_backward, tile_forward
 from ..ops.kernels.common import like
@@ -183,6 +184,9 @@ class OpPlan:
         self.is_last = op is ex.graph.ops[-1]
         #: pipelined (docs/pipeline.md): the colors of each micro-batch's points
         self.micro: list[list] = []
+        #: per micro-batch: (F options, B options) naming each point by its
+        #: index in the op's config (the trace's ``launch``: ``F:op[k]``)
+        self.micro_opts: list[tuple] = []
         pipe = ex.pipe
         #: backward recomputes the forward's state (a recomputing stage)
         self.recompute = pipe is not None and recomputes(ex.graph, pipe)[op.index]
@@ -194,18 +198,31 @@ class OpPlan:
         n = op.name
         self.f_opts = LaunchOptions(f"F({n})", "compute", (n, "F", ex.model_id))
         self.b_opts = LaunchOptions(f"B({n})", "compute", (n, "B", ex.model_id))
+        for cs in self.micro:
+            ks = tuple(self.index[c] for c in cs)
+            self.micro_opts.append((LaunchOptions(f"F({n})", "compute", (n, "F", ex.model_id), ks),
+                                    LaunchOptions(f"B({n})", "compute", (n, "B", ex.model_id), ks)))
         outw = WD("val") if red == 1 else Reduce("+", "val")
+        #: pipelined: every point also writes its device's element of the
+        #: schedule token, so each device's points depend on one another in
+        #: the schedule's order (the simulator's chain, docs/pipeline.md)
+        self.tok = None
+        tok = []
+        if pipe is not None:
+            self.tok = Partition.by_rects(ex.token, {c: Rect((d,), (d + 1,)) for c, d in
+                                                     zip(self.colors, cfg.devices)})
+            tok = [RW("t")]
         self.f_task = TaskFunction(self._forward, [outw] + [R("val")] * len(op.inputs)
-                                   + [R("w")] * len(self.pnames), name=f"F({n})")
+                                   + [R("w")] * len(self.pnames) + tok, name=f"F({n})")
         if op.has_backward:
             outp = R("val") if self.is_last else R("val", "grad") if red == 1 else R("grad")
             inp = [R("val") + Reduce("+", "grad") if nd else R("val") for nd in self.need]
             wp = [R("w") + Reduce("+", "g")] * len(self.pnames)
-            self.b_task = TaskFunction(self._backward, [outp] + inp + wp, name=f"B({n})")
+            self.b_task = TaskFunction(self._backward, [outp] + inp + wp + tok, name=f"B({n})")
         self.ex = ex
 
     def args(self) -> list:
-        return [self.out, *self.ins, *self.ws]
+        return [self.out, *self.ins, *self.ws] + ([self.tok] if self.tok is not None else [])
 
     def _tile(self, out: Any, views: tuple, k: int, fresh: bool, **kw: Any) -> Tile:
         nin = len(self.ins)
@@ -333,6 +350,7 @@ class Executor:
         #: F FutureMaps of training steps whose statistics are not folded in.
         self.buffers: dict[str, dict] = {op.name: initial_buffers(op) for op in graph.ops
                                          if op.kind == "batch_norm"}
+        self.token: Region | None = None  # pipelines: the schedule token (OpPlan.tok)
         self.input_pos = {op.name: j for j, op in
                           enumerate(o for o in graph.ops if o.kind == "input")}
         self._stats: list[list] = []
@@ -361,6 +379,9 @@ class Executor:
         #: its schedule's launch order (docs/pipeline.md)
         self.pipe = getattr(strategy, "pipeline", None)
         run = self.run = strategy.micro(graph) if self.pipe is not None else strategy
+        if self.pipe is not None and self.token is None:
+            self.token = Region((len(self.rt.devices),), {"t": np.int8}, name="pipeline-order")
+            self.token.write("t", np.zeros(len(self.rt.devices), np.int8))
         self.rt.invalidate_traces()  # new launches: the steps are recorded again
         self.csync = None
         if self.sync == "collective":
@@ -468,13 +489,13 @@ class Executor:
         stats: list = []
         if self.pipe is None:
             for pl in self.plans:
-                self._launch_f(pl, pl.colors, inputs, step, training, stats)
+                self._launch_f(pl, None, inputs, step, training, stats)
         else:
             for s, what, j in launch_order(self.pipe.num_stages, self.pipe.microbatches,
                                            self.pipe.schedule):
                 if what == "F":
                     for pl in self.stage_plans[s]:
-                        self._launch_f(pl, pl.micro[j], inputs, step, training, stats)
+                        self._launch_f(pl, j, inputs, step, training, stats)
         if stats:
             self._stats.append(stats)
 
@@ -483,22 +504,26 @@ class Executor:
             if pl.red > 1:  # partial sums (a split reduction dim) accumulate from zero
                 lr.fill(self.regions[pl.op.name], "val", 0.0)
 
-    def _launch_f(self, pl: OpPlan, colors: list, inputs: list[dict], step: int,
+    def _launch_f(self, pl: OpPlan, j: int | None, inputs: list[dict], step: int,
                   training: bool, stats: list) -> None:
+        """F of op ``pl`` (micro-batch ``j`` of a pipeline; None: every point)."""
         # the step seeds dropout only: other tasks get a constant, so a CUDA
         # graph that captured them stays valid (runtime/graphs.py)
         kw: dict = {"step": step if pl.op.kind == "dropout" else 0, "training": training}
         if pl.op.kind == "input":
             kw["data"] = inputs[self.input_pos[pl.op.name]]
-        fm = lr.index_launch(pl.f_task, colors, *pl.args(), launch_options=pl.f_opts, **kw)
+        colors, opts = (pl.colors, pl.f_opts) if j is None else (pl.micro[j], pl.micro_opts[j][0])
+        fm = lr.index_launch(pl.f_task, colors, *pl.args(), launch_options=opts, **kw)
         if training and pl.op.kind == "batch_norm":
             stats.append((pl.op, fm))
 
-    def _launch_b(self, pl: OpPlan, colors: list, target: np.ndarray) -> Any:
+    def _launch_b(self, pl: OpPlan, j: int | None, target: np.ndarray) -> Any:
+        """B of op ``pl`` (micro-batch ``j`` of a pipeline; None: every point)."""
         kw: dict = {"step": 0}  # B reads dropout's mask from F's cache, not the step
         if pl.is_last:
             kw["target"] = target
-        return lr.index_launch(pl.b_task, colors, *pl.args(), launch_options=pl.b_opts, **kw)
+        colors, opts = (pl.colors, pl.b_opts) if j is None else (pl.micro[j], pl.micro_opts[j][1])
+        return lr.index_launch(pl.b_task, colors, *pl.args(), launch_options=opts, **kw)
 
     def fold_running_stats(self, keep: int = 0) -> None:
         """Update batch norm's running statistics with the batch statistics of
@@ -538,7 +563,7 @@ class Executor:
             fm = None
             for pl in reversed(self.plans):
                 if pl.op.has_backward:
-                    f = self._launch_b(pl, pl.colors, target)
+                    f = self._launch_b(pl, None, target)
                     if pl.is_last:
                         fm = f
         else:  # docs/pipeline.md: units in the schedule's launch order
@@ -549,11 +574,11 @@ class Executor:
                                            self.pipe.schedule):
                 if what == "F":
                     for pl in self.stage_plans[s]:
-                        self._launch_f(pl, pl.micro[j], inputs, step, True, stats)
+                        self._launch_f(pl, j, inputs, step, True, stats)
                     continue
                 for pl in reversed(self.stage_plans[s]):
                     if pl.op.has_backward:
-                        f = self._launch_b(pl, pl.micro[j], target)
+                        f = self._launch_b(pl, j, target)
                         if pl.is_last:
                             losses.append(f)
             if stats:
