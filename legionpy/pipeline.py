@@ -18,9 +18,18 @@ in a schedule's order:
 
 Micro-batches are tiles. An op's config ``(degrees, devices)`` with sample
 degree ``d`` becomes, pipelined, ``degrees`` with sample degree ``d * m``
-and the devices repeated: fine sample coordinate ``f = j * d + i`` is
-micro-batch ``j`` (``f // d``) on the device of coarse coordinate ``i``
-(:func:`expand_config`). Everything else (regions, copies, reductions of
+and the devices repeated (:func:`expand_config`), in one of two layouts,
+whichever keeps every micro-batch the same samples in every op:
+
+- *device-major* when every op splits its samples the same ``d`` ways (the
+  baseline and the search's strategies): fine sample coordinate ``f = i m
+  + j`` is micro-batch ``j`` on the device of coarse coordinate ``i``, so a
+  device's micro-batch tiles are contiguous and its instance is its coarse
+  tile, as unpipelined; micro-batch ``j`` is the ``j``-th slice of every
+  device's samples;
+- *micro-batch-major* otherwise: ``f = j d + i``, micro-batch ``j`` is
+  samples ``[j B / m, (j + 1) B / m)`` whatever ``d``; a device's tiles are
+  then strided and its instance their bounding box. Everything else (regions, copies, reductions of
 weight gradients, which accumulate over the micro-batches on each device,
 the one update per step) is what both halves already do for tiles. What
 the schedule adds is the order: :func:`device_chains` lists, per device,
@@ -44,10 +53,22 @@ from typing import Any
 from .errors import StrategyError
 
 __all__ = ["Pipeline", "SCHEDULES", "stage_order", "launch_order", "expand_config",
-           "micro_of", "stage_index", "device_chains", "in_flight", "bubble_fraction",
-           "even_cuts", "recomputes", "NO_RECOMPUTE"]
+           "micro_of", "device_major", "stage_index", "device_chains", "in_flight",
+           "bubble_fraction", "even_cuts", "segment_cuts", "cut_points", "recomputes",
+           "NO_RECOMPUTE", "MAX_POINT_TASKS", "max_microbatches"]
 
 SCHEDULES = ("gpipe", "1f1b")
+
+#: most forward + backward point tasks a default or searched pipeline gives
+#: one step (micro-batches x block size x 2 x ops): a GPT-3-13B-sized graph
+#: then simulates in 20-50 s on one core (the simulator's cost is per task)
+MAX_POINT_TASKS = 2_000_000
+
+
+def max_microbatches(graph: Any, per: int) -> int:
+    """The most micro-batches :data:`MAX_POINT_TASKS` allows with blocks of
+    ``per`` devices (at least 1)."""
+    return max(1, MAX_POINT_TASKS // (2 * len(graph.ops) * max(1, per)))
 
 
 @dataclass(frozen=True)
@@ -242,11 +263,18 @@ def launch_order(p: int, m: int, schedule: str) -> list[tuple[int, str, int]]:
 
 
 # -- micro-batches as tiles ----------------------------------------------------------------------
-def expand_config(op: Any, cfg: Any, m: int) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+def device_major(graph: Any, configs: Mapping) -> bool:
+    """The layout of a pipelined strategy: device-major when every op splits
+    its sample dim the same number of ways (see the module docstring)."""
+    return len({configs[op.name].degrees[sample_dim(op)] for op in graph.ops}) == 1
+
+
+def expand_config(op: Any, cfg: Any, m: int,
+                  major: bool = False) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     """``(degrees, devices, reduce)`` of ``cfg`` with ``m`` micro-batches:
-    the sample degree times ``m``; fine point ``(f, ..., r)`` with sample
-    coordinate ``f = j * d + i`` on the device of coarse point ``(i, ...,
-    r)``."""
+    the sample degree times ``m``; fine point ``(f, ..., r)`` on the device of
+    coarse point ``(i, ..., r)`` with ``f = i m + j`` (``major``: device-major)
+    or ``f = j d + i`` (micro-batch ``j``)."""
     s = sample_dim(op)
     degs = list(cfg.degrees)
     d = degs[s]
@@ -257,17 +285,18 @@ def expand_config(op: Any, cfg: Any, m: int) -> tuple[tuple[int, ...], tuple[int
     devices = []
     for k in range(n):
         coords = _unravel(k, fine)
-        coords[s] %= d
+        coords[s] = coords[s] // m if major else coords[s] % d
         for r in range(red):
             devices.append(cfg.devices[_ravel(coords, degs) * red + r])
     return tuple(fine), tuple(devices), red
 
 
 def micro_of(op: Any, coarse_degrees: Sequence[int], fine_degrees: Sequence[int],
-             point: int, red: int = 1) -> int:
-    """The micro-batch of fine point ``point``."""
+             point: int, red: int = 1, major: bool = False) -> int:
+    """The micro-batch of fine point ``point`` (``major``: device-major)."""
     s = sample_dim(op)
-    return _unravel(point // red, list(fine_degrees))[s] // coarse_degrees[s]
+    f = _unravel(point // red, list(fine_degrees))[s]
+    return f % (fine_degrees[s] // coarse_degrees[s]) if major else f // coarse_degrees[s]
 
 
 def _unravel(k: int, shape: list[int]) -> list[int]:
@@ -294,6 +323,7 @@ def device_chains(graph: Any, pipe: Pipeline, coarse: Mapping, fine: Mapping,
     :func:`expand_config`."""
     stage = pipe.stage_of(graph)
     p, m = pipe.num_stages, pipe.microbatches
+    major = device_major(graph, coarse)
     by_stage: list[list[Any]] = [[] for _ in range(p)]
     for op in graph.ops:
         by_stage[stage[op.index]].append(op)
@@ -304,7 +334,7 @@ def device_chains(graph: Any, pipe: Pipeline, coarse: Mapping, fine: Mapping,
         for op in by_stage[s]:
             c, f = coarse[op.name], fine[op.name]
             for k, dev in enumerate(f.devices):
-                j = micro_of(op, c.degrees, f.degrees, k, f.reduce)
+                j = micro_of(op, c.degrees, f.degrees, k, f.reduce, major)
                 pts.setdefault((op.index, j, dev), []).append(k)
         devs = sorted({d for op in by_stage[s] for d in fine[op.name].devices})
         for what, j in stage_order(s, p, m, pipe.schedule):
@@ -335,6 +365,44 @@ def recomputes(graph: Any, pipe: Pipeline) -> list[bool]:
     last = {stage[op.index]: op.index for op in graph.ops}
     return [stage[op.index] in pipe.recompute and op.index != last[stage[op.index]]
             and op.kind not in NO_RECOMPUTE for op in graph.ops]
+
+
+def cut_points(graph: Any) -> list[int]:
+    """Positions ``i`` of graph order where a stage may start: where at most
+    one op's output crosses the cut (a transformer's residual stream between
+    blocks, a CNN's trunk between modules), so a stage boundary moves one
+    tensor per micro-batch and never an attention matrix; every position
+    when fewer than 8 qualify."""
+    ops = graph.ops
+    n = len(ops)
+    last = [op.index for op in ops]
+    for op in ops:
+        for r in op.inputs:
+            last[r.op.index] = max(last[r.op.index], op.index)
+    crossing = [0] * (n + 1)
+    for p in range(n):
+        if last[p] > p:
+            crossing[p + 1] += 1
+            crossing[last[p] + 1] -= 1
+    pts, acc = [], 0
+    for i in range(n):
+        acc += crossing[i]  # ops before i whose output is read at i or later
+        if i >= 1 and acc <= 1:
+            pts.append(i)
+    return pts if len(pts) >= 8 else list(range(1, n))
+
+
+def segment_cuts(weights: Sequence[float], stages: int,
+                 starts: Sequence[int] | None = None) -> list[tuple[int, int]]:
+    """:func:`even_cuts` restricted to stages starting at ``starts`` (e.g.
+    :func:`cut_points`): the ops between two allowed starts move together."""
+    n = len(weights)
+    bounds = [0] + sorted(s for s in (starts or range(1, n)) if 0 < s < n) + [n]
+    segs = list(zip(bounds, bounds[1:]))
+    if len(segs) < stages:
+        segs = [(i, i + 1) for i in range(n)]
+    w = [float(sum(weights[a:b])) for a, b in segs]
+    return [(segs[a][0], segs[b][1] - 1) for a, b in even_cuts(w, stages)]
 
 
 def even_cuts(weights: Sequence[float], stages: int) -> list[tuple[int, int]]:

@@ -38,9 +38,11 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help="MCMC proposals instead of a time budget (deterministic)")
     p.add_argument("--batch-size", type=positive_int, default=None)
     p.add_argument("--methods", default=None,
-                   help="comma-separated: data,model,expert,partitioner,elimination,mcmc,"
-                        "exhaustive,hierarchical,hybrid (default: all but exhaustive and "
-                        "hybrid; with --sync collective past 256 devices: data,hybrid,mcmc)")
+                   help="comma-separated: data,model,expert,partitioner,elimination,"
+                        "hierarchical,pipeline,mcmc,exhaustive,hybrid,megatron,even-pipeline "
+                        "(default: the first eight; when one simulation takes over 15%% of "
+                        "the budget: data,even-pipeline,pipeline; with --sync collective "
+                        "past 256 devices: data,hybrid,mcmc)")
     p.add_argument("--out", type=out_file, default=None,
                    help="best strategy JSON (default MODEL-SPEC.json)")
     p.add_argument("--png", type=out_file, default=None, help="also draw the best strategy")
@@ -67,7 +69,7 @@ def _search(args) -> dict:
     from ..optimizer.trace import plot_strategy, write_chrome_trace
 
     methods = args.methods.split(",") if args.methods else None
-    known = list(DEFAULT_METHODS) + ["owt", "exhaustive", "hybrid"]
+    known = list(DEFAULT_METHODS) + ["owt", "exhaustive", "hybrid", "megatron", "even-pipeline"]
     unknown = sorted(set(methods or ()) - set(known))
     if unknown:
         raise StrategyError(f"--methods: unknown search methods {unknown}; known: {known}")

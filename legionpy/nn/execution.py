@@ -76,7 +76,7 @@ from ..geometry import Rect
 from ..mapper import StrategyMapper, update_points, weight_tiles
 from ..ops.execute import Tile, check_tiling, loss_gradient, tile_backward, tile_forward
 from ..ops.kernels.common import like
-from ..pipeline import launch_order, micro_of, recomputes
+from ..pipeline import device_major, launch_order, micro_of, recomputes
 from ..regions import RW, WD, Partition, R, Reduce, Region
 from ..runtime import FutureMap, LaunchOptions, TaskFunction
 from .init import initial_value
@@ -194,7 +194,8 @@ class OpPlan:
             coarse = ex.strategy[op.name]
             self.micro = [[] for _ in range(pipe.microbatches)]
             for k, c in enumerate(self.colors):
-                self.micro[micro_of(op, coarse.degrees, cfg.degrees, k, red)].append(c)
+                self.micro[micro_of(op, coarse.degrees, cfg.degrees, k, red,
+                                    ex.pipe_major)].append(c)
         n = op.name
         self.f_opts = LaunchOptions(f"F({n})", "compute", (n, "F", ex.model_id))
         self.b_opts = LaunchOptions(f"B({n})", "compute", (n, "B", ex.model_id))
@@ -379,6 +380,7 @@ class Executor:
         #: its schedule's launch order (docs/pipeline.md)
         self.pipe = getattr(strategy, "pipeline", None)
         run = self.run = strategy.micro(graph) if self.pipe is not None else strategy
+        self.pipe_major = self.pipe is not None and device_major(graph, strategy)
         if self.pipe is not None and self.token is None:
             self.token = Region((len(self.rt.devices),), {"t": np.int8}, name="pipeline-order")
             self.token.write("t", np.zeros(len(self.rt.devices), np.int8))

@@ -26,7 +26,14 @@ from dataclasses import dataclass
 
 from ..atomic import atomic_write_json as _atomic_write_json
 from ..errors import StrategyError
-from ..pipeline import Pipeline, even_cuts, expand_config
+from ..pipeline import (
+    Pipeline,
+    cut_points,
+    device_major,
+    expand_config,
+    max_microbatches,
+    segment_cuts,
+)
 
 __all__ = ["ParallelConfig", "Strategy", "atomic_write_json", "largest_divisor",
            "megatron_pairs"]
@@ -215,7 +222,9 @@ class Strategy(Mapping[str, ParallelConfig]):
             return self
         if self._micro is None:
             m = self.pipeline.microbatches
-            self._micro = Strategy({op.name: ParallelConfig(*expand_config(op, self[op.name], m))
+            major = device_major(graph, self)
+            self._micro = Strategy({op.name: ParallelConfig(*expand_config(op, self[op.name], m,
+                                                                           major))
                                     for op in graph.ops}, self.model, self.machine)
         return self._micro
 
@@ -368,11 +377,13 @@ class Strategy(Mapping[str, ParallelConfig]):
                  recompute=()) -> Strategy:
         """The even-cut pipeline baseline (docs/pipeline.md): ``stages``
         (default: the machine's nodes, or its devices on one node) contiguous
-        ranges of graph order with about equal simulated compute (the
-        default cost model on device 0), stage ``s`` on the ``s``-th equal
+        ranges of graph order, starting where one tensor crosses
+        (:func:`legionpy.pipeline.cut_points`), with about equal simulated
+        compute (the default cost model on device 0), stage ``s`` on the ``s``-th equal
         block of devices, data parallel inside it, ``microbatches`` (default:
         the largest divisor of the batch <= 4 x stages that leaves every
-        device of a block a sample) under ``schedule``."""
+        device of a block a sample, and at most
+        :func:`legionpy.pipeline.max_microbatches`) under ``schedule``."""
         from .costmodel import default_cost_model
 
         D = machine.num_devices
@@ -385,14 +396,15 @@ class Strategy(Mapping[str, ParallelConfig]):
         blocks = [tuple(range(s * per, (s + 1) * per)) for s in range(S)]
         batch = graph.batch_size
         if microbatches is None:
-            ok = [m for m in range(1, 4 * S + 1) if batch % m == 0 and batch // m >= per]
+            top = min(4 * S, max_microbatches(graph, per))
+            ok = [m for m in range(1, top + 1) if batch % m == 0 and batch // m >= per]
             microbatches = max(ok) if ok else 1
         cost, spec = default_cost_model(machine), machine.devices[0]
         weights = []
         for op in graph.ops:
             f, b = cost.op_time(op, op.output_rect, spec)
             weights.append(f + (b if op.has_backward else 0.0))
-        cuts = even_cuts(weights, S)
+        cuts = segment_cuts(weights, S, cut_points(graph))
         ops = graph.ops
         out = {}
         for s, (a, z) in enumerate(cuts):

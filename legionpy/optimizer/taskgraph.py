@@ -75,7 +75,7 @@ import numpy as np
 from .. import collectives
 from ..errors import StrategyError
 from ..geometry import Rect, block_bound, block_bounds
-from ..pipeline import device_chains, in_flight, launch_order, micro_of, recomputes
+from ..pipeline import device_chains, device_major, in_flight, launch_order, micro_of, recomputes
 from ..placement import param_tiles, update_points
 from ..regions.coherence import FieldState, Piece, Request, choose_source
 from . import simkernels as K
@@ -176,9 +176,9 @@ def _slack(own: dict, reads: list, tasks: list, item: int) -> dict:
     for r, d in reads:
         rects.setdefault(d, []).append(r)
     counted = {d: float(sum(r.volume for r in rs) * item) for d, rs in own.items()}
-    for t in tasks:
+    for t in tasks:  # the copies' rects (their bytes: a pipeline scales their memory)
         if t[3] == COPY and t[6]:
-            counted[t[5]] = counted.get(t[5], 0.0) + t[6]
+            counted[t[5]] = counted.get(t[5], 0.0) + t[4]
     out = {}
     for d, rs in rects.items():
         box = rs[0]
@@ -715,6 +715,9 @@ class TaskGraph:
         rp = self.rep_points(p, cp)
         reads = [(need, dev, _ext(c, 0, k), pack_key(self.lf(c, k), 1, k, 1 + i))
                  for c, k, dev, i, need in self._needs_of(prod, cons)]  # forward reads
+        # received activations are kept for backward: pipelined, for the
+        # micro-batches the consumers' stage holds (docs/pipeline.md)
+        mf = 1.0 if self.pipe is None else max((self._mfac[c] for c, _ in cons), default=1.0)
         tmem: dict = {}  # reduction and staging buffers (docs/memory.md)
         if cp.reduce > 1:  # F(p, (k, r)) reduce into the zero-filled output
             st = FieldState.filled(prod.output_rect, 0)
@@ -723,17 +726,17 @@ class TaskGraph:
                 st = _reduce(st, Request(t, "reduce", cp.devices[j], _ext(p, 0, j), "+",
                                          (p, j, -1)), bufs)
             for r, dev, opc, key0 in reads:
-                st = self._access(st, Request(r, "read", dev, opc), key0, item, 1, tasks,
+                st = self._access(st, Request(r, "read", dev, opc), key0, item, mf, tasks,
                                   edges, cmap, tmem)
             _buffer_bytes(bufs, item, tmem)
         elif self.fast_reads:
             self._fast_reads([[t.lo, t.hi, t, {cp.devices[j]: _ext(p, 0, j)}, cp.devices[j]]
-                              for j, t in enumerate(tiles)], reads, item, 1, tasks, edges)
+                              for j, t in enumerate(tiles)], reads, item, mf, tasks, edges)
         else:
             st = FieldState([Piece(t, {cp.devices[j]: _ext(p, 0, j)}, owner=cp.devices[j])
                              for j, t in enumerate(tiles)])
             for r, dev, opc, key0 in reads:
-                st = self._access(st, Request(r, "read", dev, opc), key0, item, 1, tasks,
+                st = self._access(st, Request(r, "read", dev, opc), key0, item, mf, tasks,
                                   edges, cmap)
         if prod.has_backward and p != P - 1:
             st = FieldState.filled(prod.output_rect, 0)
@@ -750,6 +753,9 @@ class TaskGraph:
             _buffer_bytes(gbufs, item, gmem)
             for d, b in gmem.items():  # forward and backward buffers are never live together
                 tmem[d] = max(tmem.get(d, 0.0), b)
+        if self.pipe is not None:  # buffers of one micro-batch at a time
+            m = self.pipe.microbatches
+            tmem = {d: b / m for d, b in tmem.items()}
         own: dict = {}
         for j, (t, _) in enumerate(self.points(p, cp)[:rp]):
             own.setdefault(cp.devices[j], []).append(t)
@@ -782,8 +788,10 @@ class TaskGraph:
             bwd.append(ops[c].has_backward)
         tmem: dict = {}
         if prod.has_backward and p != P - 1 and any(bwd):  # one local buffer per tile
+            # (pipelined: those of one micro-batch at a time)
+            share = 1.0 if self.pipe is None else 1.0 / self.pipe.microbatches
             for t, d in zip(tiles[:self.rep_points(p, cp)], cp.devices):
-                tmem[d] = tmem.get(d, 0.0) + float(t.volume * prod.itemsize)
+                tmem[d] = tmem.get(d, 0.0) + float(t.volume * prod.itemsize) * share
         ks = np.arange(self.rep_points(p, cp))
         e = [np.zeros((0, 2), np.int64)]
         for (c, _), m, hb in zip(cons, fwd, bwd):
@@ -1085,9 +1093,10 @@ class TaskGraph:
         self.nl = len(lrole)
         self._lrole, self._lop = np.array(lrole, np.int64), np.array(lop, np.int64)
         self._mb = []
+        major = device_major(g, coarse)
         for op in g.ops:
             c, f = coarse[op.name], micro[op.name]
-            self._mb.append([micro_of(op, c.degrees, f.degrees, k, f.reduce)
+            self._mb.append([micro_of(op, c.degrees, f.degrees, k, f.reduce, major)
                              for k in range(len(f.devices))])
 
     def _chain_block(self, micro) -> _Block:

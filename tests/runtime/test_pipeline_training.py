@@ -23,7 +23,11 @@ def transformer():
     return models.transformer(batch_size=BATCH, scale="small", seed=2)
 
 
-MODELS = {"mlp": mlp, "cnn": cnn, "transformer": transformer}
+def gpt2():
+    return models.gpt2(batch_size=BATCH, scale="small", seed=3)
+
+
+MODELS = {"mlp": mlp, "cnn": cnn, "transformer": transformer, "gpt2": gpt2}
 
 
 def batches(m, steps: int):
@@ -80,6 +84,13 @@ def test_pipelined_training_equals_unpipelined(model):
                dict(schedule="1f1b", microbatches=2, recompute=[0, 1])):
         got = train(MODELS[model], 2, pipe(**kw))
         same(got, ref)
+
+
+@pytest.mark.parametrize("strategy", ["model", "owt", "megatron"])
+def test_gpt2_with_its_tied_table_trains_the_same_under_any_strategy(strategy):
+    """The tied table's two uses (embedding rows, output projection) reduce
+    into one gradient however either is split."""
+    same(train(gpt2, 2, strategy), train(gpt2, 2, "data"), 1e-5)
 
 
 def test_four_stages_with_data_parallel_inside():

@@ -68,19 +68,42 @@ def test_expand_config_makes_micro_batches_tiles():
     g, _ = chain(2, batch=8)
     d0 = g.op("d0")
     c = ParallelConfig((2, 3), (4, 5, 6, 7, 8, 9))  # sample 2 x features 3
-    deg, devs, red = P.expand_config(d0, c, 4)
+    deg, devs, red = P.expand_config(d0, c, 4, major=True)
     assert deg == (8, 3) and red == 1
     fine = ParallelConfig(deg, devs)
     for k, dev in enumerate(devs):
-        j = P.micro_of(d0, c.degrees, deg, k)
+        j = P.micro_of(d0, c.degrees, deg, k, major=True)
         f, col = divmod(k, 3)
-        assert j == f // 2 and dev == c.devices[(f % 2) * 3 + col]
-    # micro-batch j is samples [2j, 2j + 2): the union of its tiles
+        assert j == f % 4 and dev == c.devices[(f // 4) * 3 + col]
+    # micro-batch j is the j-th sample of each device's four (rows j, 4 + j);
+    # each device's tiles are contiguous (its instance is its coarse tile)
     tiles = d0.output_rect.split(fine.degrees)
     for j in range(4):
-        rows = {r for k, t in enumerate(tiles) if P.micro_of(d0, c.degrees, deg, k) == j
+        rows = {r for k, t in enumerate(tiles) if P.micro_of(d0, c.degrees, deg, k,
+                                                             major=True) == j
                 for r in range(t.lo[0], t.hi[0])}
-        assert rows == {2 * j, 2 * j + 1}
+        assert rows == {j, 4 + j}
+    for dev in set(devs):
+        rows = sorted(r for k, t in enumerate(tiles) if devs[k] == dev
+                      for r in range(t.lo[0], t.hi[0]))
+        assert rows == list(range(rows[0], rows[0] + len(rows)))
+
+
+def test_micro_batch_major_layout_keeps_micro_batches_contiguous():
+    """Ops that split samples differently: micro-batch j is rows [2j, 2j+2)
+    in every op, whatever its sample degree."""
+    g, _ = chain(2, batch=8)
+    d0 = g.op("d0")
+    for c in (ParallelConfig((2, 1), (0, 1)), ParallelConfig((1, 2), (0, 1))):
+        deg, devs, _ = P.expand_config(d0, c, 4)
+        tiles = d0.output_rect.split(deg)
+        for j in range(4):
+            rows = {r for k, t in enumerate(tiles) if P.micro_of(d0, c.degrees, deg, k) == j
+                    for r in range(t.lo[0], t.hi[0])}
+            assert rows == {2 * j, 2 * j + 1}
+    s = Strategy.pipeline(g, Machine.parse("p100:1x4"), stages=2, microbatches=2)
+    assert P.device_major(g, s) and s["d2"].devices == (2, 3)
+    assert not P.device_major(g, s.with_config("d2", ParallelConfig((1, 2), (2, 3))))
 
 
 def test_even_cuts_balance_and_cover():
