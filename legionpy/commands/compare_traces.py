@@ -148,39 +148,15 @@ def _row_order(row: str) -> tuple:
     return (kind != "dev", nums, row)
 
 
-#: the terms a device's time is split into (issue 26): what a task's kind
-#: counts as; ``idle`` is the makespan minus the rest
-TERMS = ("compute", "copy", "update", "fill", "other", "idle")
-_TERM = {"compute": "compute", "load": "compute", "copy": "copy", "collective": "copy",
-         "update": "update", "fill": "fill", "reduce": "fill", "fold": "fill"}
-
-
-def _terms(tasks: list[dict], makespan: float) -> dict[str, dict[str, float]]:
-    """Per row, seconds per :data:`TERMS` (a task's kind mapped by ``_TERM``)."""
-    out: dict[str, dict[str, float]] = {}
-    for t in tasks:
-        d = out.setdefault(t["row"], dict.fromkeys(TERMS, 0.0))
-        d[_TERM.get(str(t["kind"]), "other")] += t["end_s"] - t["start_s"]
-    for d in out.values():
-        d["idle"] = max(0.0, makespan - sum(v for k, v in d.items() if k != "idle"))
-    return out
-
-
 def compare(sim: list[dict], real: list[dict]) -> dict:
-    """Makespans, per-row busy seconds and, per row, seconds per term
-    (compute, copy/collective, update, fill/reduce, other, idle) in both
-    timelines, so a miss names its term."""
+    """Makespans and per-row busy seconds of two timelines."""
     bs, br = _busy(sim), _busy(real)
     ms = max((t["end_s"] for t in sim), default=0.0)
     mr = max((t["end_s"] for t in real), default=0.0)
     rows = sorted(set(bs) | set(br), key=_row_order)
-    ts, tr = _terms(sim, ms), _terms(real, mr)
-    zero = dict.fromkeys(TERMS, 0.0)
     return {"sim_makespan_s": ms, "real_makespan_s": mr,
             "relative_error": (ms - mr) / mr if mr > 0 else None,
-            "rows": {r: {"sim_busy_s": bs.get(r, 0.0), "real_busy_s": br.get(r, 0.0),
-                         "sim_terms_s": ts.get(r, {**zero, "idle": ms}),
-                         "real_terms_s": tr.get(r, {**zero, "idle": mr})}
+            "rows": {r: {"sim_busy_s": bs.get(r, 0.0), "real_busy_s": br.get(r, 0.0)}
                      for r in rows}}
 
 
@@ -293,14 +269,6 @@ def _compare_traces(args) -> dict:
              f"  {'row':<20} {'sim busy ms':>12} {'real busy ms':>13}"]
     for row, v in out["rows"].items():
         lines.append(f"  {row:<20} {v['sim_busy_s'] * 1e3:>12.3f} {v['real_busy_s'] * 1e3:>13.3f}")
-    lines.append("  where the time goes, ms simulated / real (idle: the makespan minus the rest)")
-    lines.append(f"  {'row':<20}" + "".join(f" {t:>15}" for t in TERMS))
-    for row, v in out["rows"].items():
-        if not row.startswith("dev"):
-            continue
-        cells = "".join(f" {v['sim_terms_s'][t] * 1e3:>7.2f}/{v['real_terms_s'][t] * 1e3:<7.2f}"
-                        for t in TERMS)
-        lines.append(f"  {row:<20}{cells}")
     if args.png:
         lines.append(f"  wrote {args.png}")
     return {"text": "\n".join(lines), **out}
