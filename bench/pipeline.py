@@ -10,7 +10,7 @@
    CPU devices against `--strategy data`: the largest loss difference and
    the printed prediction error.
 
-    python bench/pipeline.py                 # everything (~6 minutes on 2 cores)
+    python bench/pipeline.py                 # everything (~11 minutes on 2 cores)
     python bench/pipeline.py --skip-13b      # without the 128-GPU search
 """
 
