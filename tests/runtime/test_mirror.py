@@ -106,20 +106,24 @@ def train_traced(rt, m, xs, y, steps: int) -> list:
     return rt.trace.stop()
 
 
-def mirror(build, n: int, strategy, steps: int = 3):
-    """(trace form, task-graph form) of step ``steps`` (>= 2: weights at home)."""
+def mirror(build, n: int, strategy, steps: int = 3, sync: str = "shards",
+           records: bool = False):
+    """(trace form, task-graph form) of step ``steps`` (>= 2: weights at home)
+    under gradient ``sync``; ``records``: the trace records too."""
     rt = lp.init(cpus=n)
     try:
         m = build()
         mach = Machine.local(n)
         if callable(strategy):
             strategy = strategy(m.graph, n)
-        m.compile(optimizer=lp.nn.SGD(lr=0.05, momentum=0.9), strategy=strategy, machine=mach)
+        m.compile(optimizer=lp.nn.SGD(lr=0.05, momentum=0.9), strategy=strategy, machine=mach,
+                  sync=sync)
         xs, y = data_for(m)
         recs = train_traced(rt, m, xs, y, steps)
-        sim = Simulator(m.graph, mach)
+        sim = Simulator(m.graph, mach, sync=sync)
         sim.run(m.strategy)
-        return traced_taskgraph(recs), taskgraph_form(sim.tg)
+        out = traced_taskgraph(recs), taskgraph_form(sim.tg)
+        return (*out, recs) if records else out
     finally:
         lp.runtime.shutdown()
 
