@@ -1,6 +1,8 @@
 """``legionpy simulate``: simulate one iteration of a model under a strategy.
 
-``--compare`` (``--machine local`` only) then runs the same strategy for real
+``--compare`` (``--machine local`` only; ``--scale small`` by default, as
+``legionpy train``, so both print one prediction for one configuration:
+:func:`legionpy.measure.predict_model`) then runs the same strategy for real
 on this process's devices (``LEGIONPY_CPUS``) or every rank of an ``mpirun``
 job (:func:`legionpy.measure.compare`: ``--warmup`` untimed and
 ``--steps`` timed training steps with the trace on) and reports simulated vs
@@ -24,8 +26,9 @@ def add_model_arguments(p) -> None:
     p.add_argument("--machine", type=machine_spec, default="local",
                    help="SPEC: p100:NODESxGPUS, k80:NxG, dgx1, h100:NxG, local, or a JSON file")
     p.add_argument("--batch-size", type=positive_int, default=None, help="default: the paper's")
-    p.add_argument("--scale", choices=("full", "small"), default="full",
-                   help="zoo sizes: the paper's (default) or small (as `legionpy profile`)")
+    p.add_argument("--scale", choices=("full", "small"), default=None,
+                   help="zoo sizes: the paper's (default) or small (as `legionpy profile`; "
+                        "the default of `simulate --compare`, as `legionpy train`)")
     p.add_argument("--size", type=size_pair, action="append", default=[], metavar="KEY=VALUE",
                    help="override a zoo size, e.g. --size hidden=256 (repeatable)")
 
@@ -42,7 +45,7 @@ def build_model_and_machine(args):
     sizes = parse_sizes(getattr(args, "size", None) or [])
     if args.batch_size:
         sizes["batch_size"] = args.batch_size
-    zoo = graph(args.model, scale=getattr(args, "scale", "full"), **sizes)
+    zoo = graph(args.model, scale=getattr(args, "scale", None) or "full", **sizes)
     return zoo.graph, Machine.parse(args.machine)
 
 
@@ -176,7 +179,8 @@ def _compare(args) -> dict:
     sizes = parse_sizes(args.size)
     if args.batch_size:
         sizes["batch_size"] = args.batch_size
-    r = compare(args.model, args.strategy, scale=args.scale, sizes=sizes,
+    # the same configuration `legionpy train MODEL` runs by default: small sizes
+    r = compare(args.model, args.strategy, scale=args.scale or "small", sizes=sizes,
                 cost=args.cost or LOCAL_COST,
                 steps=args.steps, warmup=args.warmup, overhead=not args.no_overhead,
                 sync=getattr(args, "sync", "shards"))

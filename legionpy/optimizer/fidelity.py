@@ -282,7 +282,8 @@ def _kernel_scales(tasks: list[dict], graph: Any, overhead: RuntimeOverhead) -> 
 
 
 def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any = None,
-                          pipelined: bool = False, update_fields: int = 2) -> dict[str, Any]:
+                          pipelined: bool = False, update_fields: int = 2,
+                          update_scale: float = 1.0) -> dict[str, Any]:
     """Re-schedule a simulator task graph (``TaskGraph.to_json()``: tasks with
     ``duration_s`` and ``device``, ``deps``) with ``overhead`` (module doc).
     ``graph``: the operator graph, for the launch order and each task's
@@ -292,7 +293,11 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     the devices: the iteration takes the longer of the control thread's
     work and the devices' schedule (tasks ready when their inputs are, the
     control thread's issue times dropped). Otherwise (one step, then wait)
-    every task also waits for its issue. Returns ``{"iteration_time_s",
+    every task also waits for its issue. ``update_fields``: region fields an
+    update task reads and writes (weight, gradient and the optimizer's
+    state); ``update_scale``: the optimizer's update kernel relative to the
+    cost model's (plain SGD's; Adam makes ~4.7x the array passes,
+    :func:`legionpy.measure.fidelity.optimizer_update_terms`). Returns ``{"iteration_time_s",
     "per_device_busy_s", "control_busy_s", "schedule_s"}``."""
     tasks = taskgraph["tasks"]
     n = len(tasks)
@@ -318,6 +323,10 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
         clock += overhead.copy_launch_s if is_copy else overhead.control_s(reqs[tid])
         issued[tid] = clock
     scale = _kernel_scales(tasks, graph, overhead)
+    if update_scale != 1.0:
+        for i, t in enumerate(tasks):
+            if t["kind"] != "copy" and t["name"].startswith("U:"):
+                scale[i] *= update_scale
     dur = [t["duration_s"] + overhead.copy_s if t["kind"] == "copy"
            else t["duration_s"] * scale[i] + overhead.worker_s(reqs[i])
            for i, t in enumerate(tasks)]
@@ -366,7 +375,8 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
 
 def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any = "measured",
                       overhead: RuntimeOverhead | None = None, pipelined: bool = True,
-                      sync: str = "shards") -> dict[str, Any]:
+                      sync: str = "shards", update_fields: int = 2,
+                      update_scale: float = 1.0) -> dict[str, Any]:
     """Simulate one iteration; ``cost_model``: a CostModel, a ``--cost``
     spec, or ``"contended"`` (tile kernels timed with every other device of
     the machine running the same kernel, :class:`~legionpy.optimizer.calibration.
@@ -375,7 +385,9 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
     ``kernel_time_s`` (the plain simulator's iteration time); with
     ``overhead``, ``iteration_time_s`` and ``per_device_busy_s`` are those
     of :func:`simulate_with_runtime` and ``overhead`` is recorded. ``sync``:
-    the gradient synchronisation simulated (docs/seam.md)."""
+    the gradient synchronisation simulated (docs/seam.md); ``update_fields``,
+    ``update_scale``: the optimizer's update (:func:`simulate_with_runtime`;
+    with ``overhead`` only)."""
     from .costmodel import CostModel, cost_model_from_spec
     from .simulator import Simulator
 
@@ -396,7 +408,8 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
     out["kernel_per_device_busy_s"] = dict(res.per_device_busy_s)
     if overhead is not None and not overhead.is_zero:
         tg = sim.tg.to_json(include_times=False)
-        r = simulate_with_runtime(tg, overhead, graph, pipelined=pipelined)
+        r = simulate_with_runtime(tg, overhead, graph, pipelined=pipelined,
+                                  update_fields=update_fields, update_scale=update_scale)
         out["iteration_time_s"] = r["iteration_time_s"]
         out["per_device_busy_s"] = {d: r["per_device_busy_s"].get(d, 0.0)
                                     for d in res.per_device_busy_s}

@@ -289,3 +289,56 @@ def test_simulate_compare_collective_sync(cache, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["measured_time_s"] > 0 and out["iteration_time_s"] > 0
     assert set(out["measured_per_device_busy_s"]) == set(out["per_device_busy_s"])
+
+
+# -- one prediction (issue 26 item 2) ----------------------------------------------------------
+
+def _seed_overhead(cache) -> None:
+    """Fixed machine-model figures in the private cache, so neither command
+    calibrates (the comparison is of predictions, deterministic given them)."""
+    import os
+
+    ovh = RuntimeOverhead(launch_s=2e-5, copy_launch_s=5e-6, task_s=5e-5, step_s=1e-4,
+                          cores=2, source="layer-api", machine="local:2")
+    os.makedirs(cache, exist_ok=True)
+    (cache / "overhead-v4-local_2.json").write_text(json.dumps(ovh.to_dict()))
+
+
+@pytest.mark.parametrize("strategy", ["data", "model"])
+def test_train_and_simulate_compare_print_one_prediction(cache, capsys, strategy):
+    _seed_overhead(cache)
+    try:
+        assert main(["train", "lenet", "--strategy", strategy, "--steps", "2", "--json",
+                     "--devices", "2"]) == 0
+    finally:
+        lr.shutdown()
+    tr = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    try:
+        # each command's defaults: the same configuration (scale, batch, optimizer)
+        assert main(["simulate", "lenet", "--machine", "local:2", "--strategy", strategy,
+                     "--compare", "--steps", "1", "--warmup", "1", "--json"]) == 0
+    finally:
+        lr.shutdown()
+    sim = json.loads(capsys.readouterr().out)
+    assert tr["simulated_iteration_s"] > 0
+    assert sim["iteration_time_s"] == pytest.approx(tr["simulated_iteration_s"], rel=0.02)
+
+
+def test_the_optimizer_s_update_is_in_the_prediction():
+    from legionpy import nn
+    from legionpy.measure import optimizer_update_terms
+
+    assert optimizer_update_terms(None) == (2, 1.0)
+    assert optimizer_update_terms(nn.SGD()) == (2, 1.0)
+    assert optimizer_update_terms(nn.SGD(momentum=0.9)) == (3, 2.0)
+    fields, scale = optimizer_update_terms(nn.Adam())
+    assert fields == 4 and scale == pytest.approx(14 / 3)
+    # the update tasks, and only they, take update_scale times their kernel
+    tg = {"tasks": [{"id": 0, "name": "F:a[0]", "kind": "compute", "device": "d0",
+                     "duration_s": 1e-3},
+                    {"id": 1, "name": "U:w[0]", "kind": "update", "device": "d0",
+                     "duration_s": 1e-3}], "deps": [[0, 1]]}
+    ovh = RuntimeOverhead(task_s=1e-6)
+    one = simulate_with_runtime(tg, ovh)["iteration_time_s"]
+    adam = simulate_with_runtime(tg, ovh, update_scale=14 / 3)["iteration_time_s"]
+    assert adam - one == pytest.approx(1e-3 * (14 / 3 - 1))
