@@ -6,9 +6,12 @@
 on this process's devices (``LEGIONPY_CPUS``) or every rank of an ``mpirun``
 job (:func:`legionpy.measure.compare`: ``--warmup`` untimed and
 ``--steps`` timed training steps with the trace on) and reports simulated vs
-measured iteration time, ``relative_error = |sim - real| / real`` and the busy
-time of every device in both halves. With ``--compare`` the simulated figures
-include the runtime's measured per-task overhead
+measured iteration time, ``relative_error = |sim - real| / real``, the busy
+time of every device in both halves, and where an iteration goes per device
+and kind (compute, copy/collective, update, fill/reduce, control thread,
+idle; ``terms`` and ``worst_term`` in ``--json``,
+:mod:`legionpy.optimizer.breakdown`), simulated vs measured. With
+``--compare`` the simulated figures include the runtime's measured per-task overhead
 (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) unless
 ``--no-overhead``; ``kernel_time_s`` is the plain simulator's figure. Under
 MPI every rank runs and rank 0 prints.
@@ -202,6 +205,11 @@ def _compare(args) -> dict:
     for d in sorted(set(r.per_device_busy_s) | set(r.measured_per_device_busy_s)):
         lines.append(f"  {d:<10} {r.per_device_busy_s.get(d, 0.0) * 1e3:>12.3f} "
                      f"{r.measured_per_device_busy_s.get(d, 0.0) * 1e3:>13.3f}")
+    if r.terms.get("sim") and r.terms.get("real"):
+        from ..optimizer.breakdown import format_breakdown
+
+        lines.append("  where an iteration goes (ms; --json: terms):")
+        lines.append(format_breakdown(r.terms["sim"], r.terms["real"], ("sim", "real")))
     out["text"] = "\n".join(lines)
     if rt.rank != 0:
         out["quiet"] = True

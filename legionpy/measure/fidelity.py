@@ -32,6 +32,7 @@ from .. import models as zoo
 from .. import nn
 from .. import runtime as lr
 from ..mapper.resolve import resolve_strategy
+from ..optimizer.breakdown import breakdown, worst_term
 from ..optimizer.fidelity import RuntimeOverhead, relative_error, simulate_strategy
 from ..optimizer.machine import Machine
 from ..probe.overhead import background_cores, cpu_clock
@@ -60,7 +61,9 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     time from the end of the last warm-up step to the end of the last step,
     divided by ``steps`` (max over ranks). Returns ``{"measured_time_s",
     "measured_step_times_s" (the stamps' differences), "measured_per_device_busy_s"
-    (trace busy time inside that window, per step), "measured_control_cpu_s" (CPU
+    (trace busy time inside that window, per step), "measured_terms" (where the
+    window's time went per device and kind, per step:
+    :func:`~legionpy.optimizer.breakdown.breakdown`), "measured_control_cpu_s" (CPU
     seconds of the calling -- control -- thread per step: median step, max over
     ranks), "measured_background_cores" (cores other programs kept busy over
     the timed steps, :func:`~legionpy.probe.overhead.background_cores`),
@@ -101,11 +104,23 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     period = (stamps[-1] - stamps[warmup - 1]) / steps
     lo, hi = stamps[warmup - 1] - rt.trace.t0, stamps[-1] - rt.trace.t0
     busy: dict[int, float] = {}
+    timeline: list[dict] = []  # this rank's records inside the window, clipped to it
     for r in recs:
-        if r["device"] is not None and r["kind"] in ("compute", "update"):
-            v = min(r["end"], hi) - max(r["start"], lo)
-            if v > 0:
-                busy[r["device"]] = busy.get(r["device"], 0.0) + v
+        a, z = max(r["start"], lo), min(r["end"], hi)
+        if r["device"] is not None and r["kind"] in ("compute", "update") and z > a:
+            busy[r["device"]] = busy.get(r["device"], 0.0) + z - a
+        if z < a or (z == a and r["kind"] != "fill"):
+            continue
+        if r.get("link") is not None:
+            row = "link " + "->".join("host" if int(m) < 0 else str(int(m)) for m in r["link"])
+        elif isinstance(r["device"], str):  # a collective's communicator, comm:0,1
+            row = r["device"]
+        elif r["device"] is not None:
+            row = f"dev {int(r['device'])}"
+        else:
+            continue
+        timeline.append({"row": row, "kind": r["kind"], "name": r["name"],
+                         "start_s": a - lo, "end_s": z - lo})
     names = {d.id: d.name for d in machine.devices}
     merged: dict[str, float] = {names.get(d, str(d)): 0.0 for d in names}
     for part in allgather(busy):
@@ -115,10 +130,15 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     all_times = allgather(times)
     bg = background_cores(clocks[0], clocks[-1]) if len(clocks) == 2 else None
     control_cpu = statistics.median(cpu[i] - cpu[i - 1] for i in range(warmup, total))
+    terms: dict[str, dict[str, float]] = {}
+    for part in allgather(breakdown(timeline, period_s=hi - lo, iterations=steps)):
+        terms.update(part)  # each rank's devices
+    terms["control"] = {"control": max(allgather(control_cpu))}
     return {"measured_time_s": max(allgather(period)),
             "measured_control_cpu_s": max(allgather(control_cpu)),
             "measured_step_times_s": [max(ts) for ts in zip(*all_times)],
             "measured_per_device_busy_s": merged, "final_loss": float(h["step_loss"][-1]),
+            "measured_terms": terms,
             "measured_background_cores": bg}
 
 
@@ -166,6 +186,10 @@ class FidelityResult:
     background_cores: float | None = None
     loaded_time_s: float = 0.0
     loaded_relative_error: float = 0.0
+    #: where an iteration goes, ``{"sim": {row: {term: s}}, "real": ...}``
+    #: (:mod:`legionpy.optimizer.breakdown`), and the (row, term) missed most
+    terms: dict = field(default_factory=dict)
+    worst_term: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -336,7 +360,9 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
         kernel_time_s=sim["kernel_time_s"],
         kernel_relative_error=relative_error(sim["kernel_time_s"], t_real),
         bytes_moved=sim["bytes_moved"], num_tasks=sim["num_tasks"], overhead=sim["overhead"],
-        simulation={**{k: v for k, v in sim.items() if k not in ("per_device_busy_s",)},
+        simulation={**{k: v for k, v in sim.items() if k not in ("per_device_busy_s", "terms")},
                     "measured_control_cpu_s": real["measured_control_cpu_s"]},
         background_cores=bg, loaded_time_s=t_load,
-        loaded_relative_error=relative_error(t_load, t_real))
+        loaded_relative_error=relative_error(t_load, t_real),
+        terms={"sim": sim.get("terms", {}), "real": real["measured_terms"]},
+        worst_term=worst_term(sim.get("terms", {}), real["measured_terms"]))

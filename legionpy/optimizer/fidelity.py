@@ -68,6 +68,8 @@ from typing import Any
 
 import numpy as np
 
+from .breakdown import breakdown, sim_timeline
+
 __all__ = ["RuntimeOverhead", "simulate_with_runtime", "simulate_strategy", "kendall_tau",
            "relative_error", "requirement_counts"]
 
@@ -370,7 +372,8 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     it, gil = it * slow, gil * slow
     return {"iteration_time_s": max(it, cpu, gil), "gil_bound_s": gil,
             "per_device_busy_s": {d: busy.get(d, 0.0) for d in sorted(devices)},
-            "control_busy_s": clock, "schedule_s": sched, "cpu_bound_s": cpu}
+            "control_busy_s": clock, "schedule_s": sched, "cpu_bound_s": cpu,
+            "task_start_s": [end[i] - dur[i] for i in range(n)], "task_end_s": end}
 
 
 def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any = "measured",
@@ -384,7 +387,9 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
     Returns the simulator's ``SimResult.to_dict()`` plus
     ``kernel_time_s`` (the plain simulator's iteration time); with
     ``overhead``, ``iteration_time_s`` and ``per_device_busy_s`` are those
-    of :func:`simulate_with_runtime` and ``overhead`` is recorded. ``sync``:
+    of :func:`simulate_with_runtime` and ``overhead`` is recorded; ``terms``:
+    where the iteration goes, per device and kind
+    (:func:`~legionpy.optimizer.breakdown.breakdown`). ``sync``:
     the gradient synchronisation simulated (docs/seam.md); ``update_fields``,
     ``update_scale``: the optimizer's update (:func:`simulate_with_runtime`;
     with ``overhead`` only)."""
@@ -406,10 +411,16 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
     out = res.to_dict()
     out["kernel_time_s"] = res.iteration_time_s
     out["kernel_per_device_busy_s"] = dict(res.per_device_busy_s)
+    rows = {d.name: f"dev {d.id}" for d in machine.devices}
+    tg = sim.tg.to_json(include_times=True)
+    out["terms"] = breakdown(sim_timeline(tg, [t["start_s"] for t in tg["tasks"]],
+                                          [t["end_s"] for t in tg["tasks"]], rows),
+                             period_s=res.iteration_time_s)
     if overhead is not None and not overhead.is_zero:
-        tg = sim.tg.to_json(include_times=False)
         r = simulate_with_runtime(tg, overhead, graph, pipelined=pipelined,
                                   update_fields=update_fields, update_scale=update_scale)
+        out["terms"] = breakdown(sim_timeline(tg, r["task_start_s"], r["task_end_s"], rows),
+                                 period_s=r["iteration_time_s"], control_s=r["control_busy_s"])
         out["iteration_time_s"] = r["iteration_time_s"]
         out["per_device_busy_s"] = {d: r["per_device_busy_s"].get(d, 0.0)
                                     for d in res.per_device_busy_s}

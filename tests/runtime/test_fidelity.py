@@ -153,6 +153,13 @@ def test_simulate_compare_json(cache, capsys):
         abs(out["iteration_time_s"] - out["measured_time_s"]) / out["measured_time_s"])
     assert set(out["measured_per_device_busy_s"]) == set(out["per_device_busy_s"])
     assert (cache / "costs.json").exists()
+    # where the iteration goes, both sides, per device and kind (issue 26)
+    for side in ("sim", "real"):
+        terms = out["terms"][side]
+        assert set(terms) == {"dev 0", "dev 1", "control"}
+        assert set(terms["dev 0"]) == {"compute", "copy", "update", "fill", "idle"}
+        assert terms["dev 0"]["compute"] > 0 and terms["control"]["control"] > 0
+    assert out["worst_term"]["term"] in ("compute", "copy", "update", "fill", "control")
 
 
 def test_compare_needs_the_local_machine(capsys):
@@ -342,3 +349,40 @@ def test_the_optimizer_s_update_is_in_the_prediction():
     one = simulate_with_runtime(tg, ovh)["iteration_time_s"]
     adam = simulate_with_runtime(tg, ovh, update_scale=14 / 3)["iteration_time_s"]
     assert adam - one == pytest.approx(1e-3 * (14 / 3 - 1))
+
+
+def test_breakdown_of_a_recorded_trace(tmp_path, capsys):
+    """A real lenet step recorded by the runtime and the simulator's trace of
+    the same strategy: every device row has every term, and each side's
+    device terms add up to its makespan (no timings asserted)."""
+    from legionpy import data as D
+    from legionpy import models
+    from legionpy.models.training import default_optimizer
+
+    rt = lr.init(cpus=2, executor="threads")
+    try:
+        m = models.build("lenet", scale="small", batch_size=8)
+        m.compile(optimizer=default_optimizer("lenet"), strategy="data")
+        xs, y = D.for_model(m, 8)
+        with rt.trace.tap() as tap:
+            m.fit(xs, y, epochs=1, verbose=0)
+            lr.fence()
+        real = tap.to_chrome()  # the runtime's dialect, as LEGIONPY_TRACE writes it
+    finally:
+        lr.shutdown()
+    (tmp_path / "real.json").write_text(json.dumps(real))
+    assert main(["simulate", "lenet", "--scale", "small", "--batch-size", "8", "--machine",
+                 "local:2", "--cost", "analytic", "--trace", str(tmp_path / "sim.json")]) == 0
+    capsys.readouterr()
+    assert main(["compare-traces", str(tmp_path / "sim.json"), str(tmp_path / "real.json"),
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for side in ("sim", "real"):
+        terms = out["terms"][side]
+        span = out[f"{side}_makespan_s"]
+        assert {"dev 0", "dev 1"} <= set(terms)
+        for row in ("dev 0", "dev 1"):
+            t = terms[row]
+            assert set(t) == {"compute", "copy", "update", "fill", "idle"}
+            assert t["compute"] > 0 and t["update"] > 0
+            assert t["compute"] + t["update"] + t["fill"] + t["idle"] >= span * (1 - 1e-6)
