@@ -130,9 +130,13 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     all_times = allgather(times)
     bg = background_cores(clocks[0], clocks[-1]) if len(clocks) == 2 else None
     control_cpu = statistics.median(cpu[i] - cpu[i - 1] for i in range(warmup, total))
+    # each rank's own devices (a rank also records copies it sends to another's)
+    local = {f"dev {d.id}" for d in rt.devices if d.rank == rt.rank}
+    mine = {row: v for row, v in breakdown(timeline, period_s=hi - lo,
+                                           iterations=steps).items() if row in local}
     terms: dict[str, dict[str, float]] = {}
-    for part in allgather(breakdown(timeline, period_s=hi - lo, iterations=steps)):
-        terms.update(part)  # each rank's devices
+    for part in allgather(mine):
+        terms.update(part)
     terms["control"] = {"control": max(allgather(control_cpu))}
     return {"measured_time_s": max(allgather(period)),
             "measured_control_cpu_s": max(allgather(control_cpu)),
