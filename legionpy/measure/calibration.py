@@ -22,7 +22,9 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   kernels' simulated time, regressed on ``tasks`` and ``reqs``
   (``task_s``, ``req_task_s``).
 * :func:`calibrated_overhead` adds the kernels' concurrency slowdown, the
-  cores and the control threads; :func:`runtime_overhead` caches the result
+  interpreter lock's hold of a kernel
+  (:func:`~legionpy.probe.overhead.measure_lock_hold`), the cores and the
+  control threads; :func:`runtime_overhead` caches the result
   per machine in ``$LEGIONPY_CACHE/overhead-v4-MACHINE.json``.
 """
 
@@ -44,7 +46,11 @@ from ..optimizer.costmodel import CostModel, cost_model_from_spec, default_cache
 from ..optimizer.fidelity import RuntimeOverhead
 from ..optimizer.simulator import Simulator
 from ..optimizer.strategy import atomic_write_json
-from ..probe.overhead import measure_kernel_concurrency, measure_runtime_overhead
+from ..probe.overhead import (
+    measure_kernel_concurrency,
+    measure_lock_hold,
+    measure_runtime_overhead,
+)
 from ..runtime import get_runtime
 from ..runtime.mpi import bcast_root
 from .fidelity import measure_runtime
@@ -172,7 +178,8 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     rt = get_runtime()
     figures = calibrate_layer_overhead(machine, verbose=verbose)
     conc = measure_kernel_concurrency()
-    calib = dict(figures.pop("calibration"), **conc)
+    lock = measure_lock_hold()
+    calib = dict(figures.pop("calibration"), **conc, lock_hold=lock["lock_hold"])
     ranks = 1 + max((d.rank for d in rt.devices), default=0)
     ranks = max(ranks, int(getattr(rt, "size", 1) or 1))
     cores = bcast_root(local_cores())
@@ -181,7 +188,7 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
                            intensity_compute=conc["intensity_compute"],
                            intensity_mem=conc["intensity_mem"], cores=cores,
                            control_threads=ranks, source="layer-api", machine=machine.name,
-                           calibration=calib, **figures)
+                           gil_kernel_s=lock["gil_kernel_s"], calibration=calib, **figures)
 
 
 def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
@@ -204,8 +211,18 @@ def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
             have = None
     have = bcast_root(have)  # every rank takes rank 0's decision
     if have is not None:
-        return RuntimeOverhead(**{k: have[k] for k in RuntimeOverhead.__dataclass_fields__
-                                  if k in have})
+        ovh = RuntimeOverhead(**{k: have[k] for k in RuntimeOverhead.__dataclass_fields__
+                                 if k in have})
+        if source == "layer" and "gil_kernel_s" not in have:
+            # a figure calibrated before the lock schedule (issue 26): measure
+            # the lock's hold (~2 s) and keep it with the rest
+            lock = measure_lock_hold()
+            ovh.gil_kernel_s = lock["gil_kernel_s"]
+            if ovh.calibration is not None:
+                ovh.calibration["lock_hold"] = lock["lock_hold"]
+            if get_runtime().rank == 0:
+                atomic_write_json(path, ovh.to_dict())
+        return ovh
     if source == "layer":
         ovh = calibrated_overhead(machine, verbose=verbose)
     else:

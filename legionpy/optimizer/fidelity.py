@@ -51,6 +51,17 @@ cost model is ``"contended"`` (kernels profiled with the other devices
 busy). The figures are cached per machine in
 ``$LEGIONPY_CACHE/overhead-v4-MACHINE.json``.
 
+The interpreter lock is also a scheduled resource (issue 26), one per
+process (``control_threads`` processes, devices numbered rank-major): a
+task holds its process's lock for its worker overhead, the first
+``gil_kernel_s`` of its kernel (numpy's dispatch; its loops release the
+lock; measured by :func:`legionpy.probe.overhead.measure_lock_hold`) and,
+pipelined, the control thread's launch of it; a task waits for the lock
+before it starts. Without it two devices in one process were predicted to
+overlap their Python work, which they cannot: per-time-step RNN tasks and
+small data-parallel steps came out 20-50% low. ``gil_kernel_s`` None turns
+the lock schedule off (only the ``gil_bound_s`` bound remains).
+
 :func:`kendall_tau` is Kendall's tau-b (ties handled), for the rank order
 of strategies in ``bench/fidelity.py``.
 
@@ -138,6 +149,12 @@ class RuntimeOverhead:
     cores: float = 0
     #: control threads on this host (ranks of the job)
     control_threads: int = 1
+    #: the interpreter lock as a scheduled resource (one per process; with
+    #: ``cores``): a task holds it for its worker overhead, at most this many
+    #: seconds of its kernel (numpy's dispatch around the loops that release
+    #: it) and, pipelined, the control thread's launch of it. None: no lock
+    #: schedule (only the ``gil_bound_s`` bound)
+    gil_kernel_s: float | None = None
     #: "layer-api" (calibrated on synthetic models) or "empty-tasks"
     source: str = "empty-tasks"
     machine: str = ""
@@ -185,6 +202,12 @@ class RuntimeOverhead:
 _NAME = re.compile(r"^(?P<phase>[A-Za-z]+):(?P<what>[^\[@]+)(?:\[(?P<k>[^\]]*)\])?")
 
 
+def _op_name(what: str, ops: Any) -> str:
+    """The op a task name's ``what`` part names: the whole of it when an op
+    is called that (RNN cells are ``lstm0.t3``), else its part before a dot."""
+    return what if what in ops else what.split(".")[0]
+
+
 def _issue_keys(tasks: list[dict], preds: list[list[int]], succs: list[list[int]],
                 op_index: dict[str, int], param_index: dict[str, int]) -> list[tuple]:
     """A sort key per task giving the runtime's launch order (module doc).
@@ -199,7 +222,7 @@ def _issue_keys(tasks: list[dict], preds: list[list[int]], succs: list[list[int]
             keys[tid] = (3, 0, tid, 0)
             continue
         phase, what = m.group("phase"), m.group("what")
-        base = what.split(".")[0]
+        base = _op_name(what, op_index)
         if phase == "F" and base in op_index:
             keys[tid] = (0, op_index[base], tid, 1)
         elif phase == "B" and base in op_index:
@@ -234,7 +257,7 @@ def requirement_counts(tasks: list[dict], graph: Any, update_fields: int) -> lis
     out = []
     for t in tasks:
         m = _NAME.match(t["name"]) if t["kind"] != "copy" else None
-        op = ops.get(m.group("what").split(".")[0]) if m is not None else None
+        op = ops.get(_op_name(m.group("what"), ops)) if m is not None else None
         if m is None:
             out.append(0 if t["kind"] == "copy" else 1)
         elif m.group("phase") == "U":
@@ -266,7 +289,7 @@ def _kernel_scales(tasks: list[dict], graph: Any, overhead: RuntimeOverhead) -> 
         if m is not None and m.group("phase") == "U":
             out.append(overhead.scale_for(overhead.intensity_mem))
             continue
-        op = ops.get(m.group("what").split(".")[0]) if m is not None else None
+        op = ops.get(_op_name(m.group("what"), ops)) if m is not None else None
         if op is None:
             out.append(overhead.scale_for(None))
             continue
@@ -340,10 +363,28 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     busy: dict[str, float] = {}
     end = [0.0] * n
     done = 0
+    # the interpreter lock as a scheduled resource, one per process (issue 26)
+    locks = overhead.gil_kernel_s is not None and overhead.cores > 0
+    proc = _processes(tasks, overhead.control_threads) if locks else {}
+    held: dict[int, float] = {}  # when each process's lock is next free
+    wait = [0.0] * n  # seconds a task waited for its lock
     while heap:
         r, i = heapq.heappop(heap)
         res = tasks[i]["device"]
         start = max(r, free.get(res, 0.0))
+        if locks and res in proc:
+            # the task's Python work -- its worker overhead, the part of its
+            # kernel numpy runs holding the lock and, pipelined, the control
+            # thread's issue of the next step's same task -- holds its
+            # process's lock; the rest of the kernel runs beside it
+            p = proc[res]
+            kern = tasks[i]["duration_s"] * scale[i]
+            hold = (dur[i] - kern) + min(kern, overhead.gil_kernel_s) \
+                + (overhead.control_s(reqs[i]) if pipelined else 0.0)
+            at = max(start, held.get(p, 0.0))
+            wait[i] = at - start
+            held[p] = at + hold
+            start = at
         end[i] = start + dur[i]
         free[res] = end[i]
         busy[res] = busy.get(res, 0.0) + dur[i]
@@ -373,7 +414,17 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     return {"iteration_time_s": max(it, cpu, gil), "gil_bound_s": gil,
             "per_device_busy_s": {d: busy.get(d, 0.0) for d in sorted(devices)},
             "control_busy_s": clock, "schedule_s": sched, "cpu_bound_s": cpu,
-            "task_start_s": [end[i] - dur[i] for i in range(n)], "task_end_s": end}
+            "task_start_s": [end[i] - dur[i] for i in range(n)], "task_end_s": end,
+            "lock_wait_s": sum(wait)}
+
+
+def _processes(tasks: list[dict], control_threads: int) -> dict[str, int]:
+    """Device name -> the process (rank) it lives in: devices are numbered
+    rank-major (runtime/devices.py), ``control_threads`` ranks on this host."""
+    names = sorted({t["device"] for t in tasks if t["kind"] != "copy"},
+                   key=lambda d: (len(re.sub(r"\D", "", d)), re.sub(r"\D", "", d), d))
+    per = max(1, -(-len(names) // max(1, control_threads)))
+    return {d: k // per for k, d in enumerate(names)}
 
 
 def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any = "measured",

@@ -13,6 +13,12 @@ simulator, and never runs a task).
   (so with its worker threads, BLAS limits and MPI ranks as in training);
   the ratios of the median kernel times are ``kernel_scale`` /
   ``kernel_scale_mem``;
+* :func:`measure_lock_hold`: how long a numpy tile kernel holds the
+  interpreter lock (``RuntimeOverhead.gil_kernel_s``, issue 26): small
+  dense-layer kernels of growing size run on one thread, then on two at
+  once; the seconds the second thread adds to each call are the part the
+  lock serialises (all of a small kernel, none of a large one's loops);
+  the largest such part is the cap;
 * :func:`cpu_clock` / :func:`background_cores`: the machine's busy
   CPU-seconds from ``/proc/stat`` less this job's, over the wall time.
 
@@ -36,8 +42,8 @@ from ..runtime import LaunchOptions, TaskFunction
 from ..runtime.mpi import allgather, bcast_root
 from .machine import local_machine
 
-__all__ = ["measure_runtime_overhead", "measure_kernel_concurrency", "cpu_clock",
-           "background_cores"]
+__all__ = ["measure_runtime_overhead", "measure_kernel_concurrency", "measure_lock_hold",
+           "cpu_clock", "background_cores"]
 
 
 def measure_runtime_overhead(launches: int = 120, tile_rows: int = 16) -> RuntimeOverhead:
@@ -181,6 +187,68 @@ def measure_kernel_concurrency(n: int = 320, elems: int = 1_000_000,
     figures.update(kernel_scale=max(1.0, g), kernel_scale_mem=max(1.0, m),
                    intensity_compute=2.0 * n ** 3 / (3 * n * n * 4),  # flop / byte
                    intensity_mem=1.0 / 8)  # one op per float read and written
+    return bcast_root(figures)
+
+
+def _dense_tile(batch: int, width: int) -> Any:
+    """A dense layer's forward and backward at (batch, width), numpy only."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, width)).astype(np.float32)
+    w = rng.standard_normal((width, width)).astype(np.float32)
+    b = np.zeros(width, np.float32)
+    dy = rng.standard_normal((batch, width)).astype(np.float32)
+
+    def kernel() -> None:
+        y = x @ w
+        y += b
+        np.maximum(y, 0, out=y)
+        g = dy * (y > 0)
+        g @ w.T, x.T @ g, g.sum(0)
+
+    return kernel
+
+
+def _per_call(threads: int, batch: int, width: int, seconds: float) -> float:
+    """Mean seconds per kernel call with ``threads`` threads calling at once."""
+    probe = _dense_tile(batch, width)
+    t = time.perf_counter()
+    probe()
+    probe()
+    n = max(5, int(seconds / max((time.perf_counter() - t) / 2, 1e-7)))
+    out = [0.0] * threads
+    gate = threading.Barrier(threads)
+
+    def body(j: int) -> None:
+        k = _dense_tile(batch, width)
+        k()
+        gate.wait()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            k()
+        out[j] = (time.perf_counter() - t0) / n
+
+    ts = [threading.Thread(target=body, args=(j,)) for j in range(threads)]
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join()
+    return sum(out) / threads
+
+
+def measure_lock_hold(sizes: tuple = ((16, 32), (16, 128), (32, 256), (64, 256)),
+                      seconds: float = 0.08, reps: int = 2) -> dict[str, float]:
+    """Seconds of a tile kernel the interpreter lock serialises (module doc):
+    per size, ``min(two threads - one thread, one thread)`` per call (best
+    of ``reps``); ``gil_kernel_s`` is the largest. Plain threads, no
+    runtime; collective under MPI (rank 0 measures)."""
+    held = {}
+    if lr.get_runtime().rank == 0:
+        for batch, width in sizes:
+            one = min(_per_call(1, batch, width, seconds) for _ in range(reps))
+            two = min(_per_call(2, batch, width, seconds) for _ in range(reps))
+            held[f"{batch}x{width}"] = (one, min(one, max(0.0, two - one)))
+    figures = {"gil_kernel_s": max((h for _, h in held.values()), default=0.0),
+               "lock_hold": {k: {"alone_s": a, "held_s": h} for k, (a, h) in held.items()}}
     return bcast_root(figures)
 
 

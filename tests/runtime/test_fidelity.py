@@ -386,3 +386,66 @@ def test_breakdown_of_a_recorded_trace(tmp_path, capsys):
             assert set(t) == {"compute", "copy", "update", "fill", "idle"}
             assert t["compute"] > 0 and t["update"] > 0
             assert t["compute"] + t["update"] + t["fill"] + t["idle"] >= span * (1 - 1e-6)
+
+
+# -- the interpreter lock as a scheduled resource (issue 26) ---------------------------------
+
+def _two_parallel_tasks():
+    return {"tasks": [{"id": 0, "name": "F:x[0]", "kind": "compute", "device": "cpu0",
+                       "duration_s": 1.0, "bytes": 0},
+                      {"id": 1, "name": "F:x[1]", "kind": "compute", "device": "cpu1",
+                       "duration_s": 1.0, "bytes": 0}], "deps": []}
+
+
+def test_the_interpreter_lock_serialises_a_process_s_python_work_by_hand():
+    tg = _two_parallel_tasks()
+    base = dict(cores=8, task_s=0.1)
+    # no lock schedule: both tasks (1 s kernel + 0.1 s worker) run side by side
+    r = simulate_with_runtime(tg, RuntimeOverhead(**base), None)
+    assert r["schedule_s"] == pytest.approx(1.1) and "lock_wait_s" in r
+    # one process: each task holds the lock 0.1 + min(1, 0.2) s; the second waits for it
+    one = RuntimeOverhead(gil_kernel_s=0.2, **base)
+    r = simulate_with_runtime(tg, one, None)
+    assert r["lock_wait_s"] == pytest.approx(0.3)
+    assert r["schedule_s"] == pytest.approx(1.4)
+    # pipelined, the control thread's launch of each task holds the lock too
+    r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=0.2, launch_s=0.05, **base),
+                              None, pipelined=True)
+    assert r["lock_wait_s"] == pytest.approx(0.35)
+    # two processes (mpirun -n 2, one device each): a lock each, no waiting
+    r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=0.2, control_threads=2,
+                                                  **base), None)
+    assert r["lock_wait_s"] == 0.0 and r["schedule_s"] == pytest.approx(1.1)
+    # without the CPU model (cores 0) there is no lock schedule
+    r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=0.2, task_s=0.1), None)
+    assert r["lock_wait_s"] == 0.0
+
+
+def test_dotted_op_names_get_their_requirements():
+    """RNN cells are named ``lstm0.t3``: their tasks count their own
+    requirements (the part before the dot names no op)."""
+    from legionpy import models
+    from legionpy.optimizer.fidelity import requirement_counts
+
+    g = models.graph("rnntc", scale="small").graph
+    cell = next(op for op in g.ops if op.kind == "lstm")
+    assert "." in cell.name
+    tasks = [{"id": 0, "name": f"F:{cell.name}[0]", "kind": "compute"},
+             {"id": 1, "name": f"B:{cell.name}[0]", "kind": "compute"}]
+    f, b = requirement_counts(tasks, g, 4)
+    assert f == 1 + len(cell.inputs) + len(cell.params) > 1
+    assert b > f
+
+
+def test_lock_hold_probe():
+    from legionpy.probe.overhead import measure_lock_hold
+
+    lr.init(cpus=1)
+    try:
+        r = measure_lock_hold(sizes=((8, 16), (16, 64)), seconds=0.01, reps=1)
+    finally:
+        lr.shutdown()
+    assert set(r["lock_hold"]) == {"8x16", "16x64"}
+    for v in r["lock_hold"].values():
+        assert 0.0 <= v["held_s"] <= v["alone_s"]  # never more than the kernel itself
+    assert r["gil_kernel_s"] == max(v["held_s"] for v in r["lock_hold"].values())
