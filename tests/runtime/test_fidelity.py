@@ -449,3 +449,30 @@ def test_lock_hold_probe():
     for v in r["lock_hold"].values():
         assert 0.0 <= v["held_s"] <= v["alone_s"]  # never more than the kernel itself
     assert r["gil_kernel_s"] == max(v["held_s"] for v in r["lock_hold"].values())
+
+
+@pytest.mark.parametrize("strategy", ["data", "pipeline"])
+def test_train_and_simulate_compare_agree_on_gpt2(cache, capsys, monkeypatch, strategy):
+    """Issue 26: `legionpy train` and `simulate --compare` predict one
+    number for one configuration (both call measure.fidelity.predict with
+    the same inputs); a fixed overhead keeps calibration out of the test."""
+    from legionpy.measure import calibration
+
+    monkeypatch.setattr(calibration, "runtime_overhead",
+                        lambda machine: RuntimeOverhead(launch_s=2e-5, task_s=3e-5))
+    monkeypatch.setenv("LEGIONPY_CPUS", "2")
+    try:
+        assert main(["train", "gpt2", "--scale", "small", "--strategy", strategy,
+                     "--steps", "3", "--json"]) == 0
+    finally:
+        lr.shutdown()
+    trained = json.loads(capsys.readouterr().out)
+    try:
+        assert main(["simulate", "gpt2", "--scale", "small", "--machine", "local",
+                     "--strategy", strategy, "--compare", "--steps", "2", "--warmup", "1",
+                     "--json"]) == 0
+    finally:
+        lr.shutdown()
+    compared = json.loads(capsys.readouterr().out)
+    assert compared["iteration_time_s"] == pytest.approx(trained["simulated_iteration_s"],
+                                                         rel=0.02)

@@ -125,7 +125,8 @@ def mirror(build, n: int, strategy, steps: int = 3):
 
 
 STRATS = {"data": "data", "model": "model", "hybrid": hybrid,
-          "random": lambda g, n: random_strategy(g, n, seed=7 * n)}
+          "random": lambda g, n: random_strategy(g, n, seed=7 * n),
+          "pipeline": lambda g, n: Strategy.pipeline(g, Machine.local(n))}
 MODELS = {"mlp": mlp, "cnn": cnn, "branchy": branchy, "rnn": rnn}
 
 
@@ -244,7 +245,7 @@ def compiled(build, strategy: str, n: int):
     return m, mach
 
 
-@pytest.mark.parametrize("strategy", ["data", "model", "hybrid"])
+@pytest.mark.parametrize("strategy", ["data", "model", "hybrid", "pipeline"])
 def test_standins_run_in_simulated_order_and_time(strategy):
     """Kernels replaced by stand-ins sleeping their simulated durations (and
     copies their simulated link times): every replayed iteration runs every
@@ -282,7 +283,7 @@ def test_standins_run_in_simulated_order_and_time(strategy):
         lp.runtime.shutdown()
 
 
-@pytest.mark.parametrize("strategy", ["data", "model", "hybrid"])
+@pytest.mark.parametrize("strategy", ["data", "model", "hybrid", "pipeline"])
 def test_replayed_steps_run_real_kernels_in_simulated_order(strategy):
     """Invariant 3 with the real kernels: once the step replays, every
     device runs its tasks in the order of the optimizer's schedule for the
