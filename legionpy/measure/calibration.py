@@ -21,6 +21,11 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
 * **workers**: the measured busy time of the devices per step, less the
   kernels' simulated time, regressed on ``tasks`` and ``reqs``
   (``task_s``, ``req_task_s``).
+* **copies** (:func:`fit_copy_cost`): with every other term fixed, the
+  per-copy seconds ``copy_s`` whose simulated periods best match the
+  measured ones (least squared log error over a grid; under ``mpirun`` the
+  communicator's per-message work, which the measured link latency leaves
+  out).
 * :func:`calibrated_overhead` adds the kernels' concurrency slowdown, the
   interpreter lock's hold of a kernel
   (:func:`~legionpy.probe.overhead.measure_lock_hold`), the cores and the
@@ -56,7 +61,7 @@ from ..runtime.mpi import bcast_root
 from .fidelity import measure_runtime
 
 __all__ = ["calibration_models", "calibrate_layer_overhead", "calibrated_overhead",
-           "runtime_overhead", "CALIBRATION_MODELS", "CALIBRATION_STRATEGIES"]
+           "fit_copy_cost", "runtime_overhead", "CALIBRATION_MODELS", "CALIBRATION_STRATEGIES"]
 
 #: (name, builder kwargs) of the synthetic calibration models
 CALIBRATION_MODELS = (("mlp", {"depth": 2}), ("mlp", {"depth": 6}), ("mlp", {"depth": 12}),
@@ -127,12 +132,15 @@ def calibrate_layer_overhead(machine: Any, steps: int = 9, warmup: int = 3,
     t0 = time.perf_counter()
     cm = cost if isinstance(cost, CostModel) else cost_model_from_spec(cost)
     rows = []
+    graphs = []  # (task graph, graph) per row, for the copy term's fit
     for sname in strategies:
         for m in (models() if models is not None else calibration_models()):
             strat = resolve_strategy(sname, m.graph, machine)
             sim = Simulator(m.graph, machine, cm)
             res = sim.run(strat)
-            counts = task_counts(sim.tg.to_json(include_times=False), m.graph)
+            tg = sim.tg.to_json(include_times=False)
+            graphs.append((tg, m.graph))
+            counts = task_counts(tg, m.graph)
             kernels = float(sum(res.per_device_busy_s.values()))
             real = measure_runtime(m, strat, machine, steps=steps, warmup=warmup)
             real = bcast_root(real)
@@ -160,7 +168,40 @@ def calibrate_layer_overhead(machine: Any, steps: int = 9, warmup: int = 3,
             "copy_launch_s": float(ctl[3]), "task_s": float(wk[0]), "req_task_s": float(wk[1]),
             "calibration": {"rows": rows, "control_worst_residual": rel(a @ ctl, period),
                             "worker_worst_residual": rel(w @ wk, extra),
-                            "seconds": time.perf_counter() - t0}}
+                            "seconds": time.perf_counter() - t0},
+            "taskgraphs": graphs}
+
+
+#: the per-copy costs tried by :func:`fit_copy_cost`, seconds
+COPY_GRID = (0.0, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 3e-4, 5e-4, 7e-4, 1e-3, 1.5e-3, 2e-3)
+
+
+def fit_copy_cost(ovh: RuntimeOverhead, rows: list[dict], graphs: list) -> float:
+    """``copy_s``, the seconds a copy takes besides its latency and bytes (on
+    a 2-rank job: the MPI communicator's per-message work), fitted on the
+    calibration rows: of :data:`COPY_GRID`, the value whose simulated
+    period (:func:`~legionpy.optimizer.fidelity.simulate_with_runtime` with
+    every other term as calibrated) has the least squared log error against
+    the measured periods (issue 26: without it every ``mpirun -n 2`` row was
+    30-65% low, the breakdown's copy/collective term). Only rows with copies
+    count; 0 when none has."""
+    from dataclasses import replace
+
+    from ..optimizer.fidelity import simulate_with_runtime
+
+    pairs = [(r, g) for r, g in zip(rows, graphs) if r.get("copies", 0) > 0]
+    if not pairs:
+        return 0.0
+
+    def loss(c: float) -> float:
+        o = replace(ovh, copy_s=c)
+        err = 0.0
+        for r, (tg, graph) in pairs:
+            t = simulate_with_runtime(tg, o, graph, pipelined=True)["iteration_time_s"]
+            err += float(np.log(max(t, 1e-9) / max(r["period_s"], 1e-9))) ** 2
+        return err
+
+    return min(COPY_GRID, key=loss)
 
 
 def _overhead_path(machine_name: str) -> str:
@@ -177,18 +218,21 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
 
     rt = get_runtime()
     figures = calibrate_layer_overhead(machine, verbose=verbose)
+    graphs = figures.pop("taskgraphs")
     conc = measure_kernel_concurrency()
     lock = measure_lock_hold()
     calib = dict(figures.pop("calibration"), **conc, lock_hold=lock["lock_hold"])
     ranks = 1 + max((d.rank for d in rt.devices), default=0)
     ranks = max(ranks, int(getattr(rt, "size", 1) or 1))
     cores = bcast_root(local_cores())
-    return RuntimeOverhead(kernel_scale=conc["kernel_scale"],
-                           kernel_scale_mem=conc["kernel_scale_mem"],
-                           intensity_compute=conc["intensity_compute"],
-                           intensity_mem=conc["intensity_mem"], cores=cores,
-                           control_threads=ranks, source="layer-api", machine=machine.name,
-                           gil_kernel_s=lock["gil_kernel_s"], calibration=calib, **figures)
+    ovh = RuntimeOverhead(kernel_scale=conc["kernel_scale"],
+                          kernel_scale_mem=conc["kernel_scale_mem"],
+                          intensity_compute=conc["intensity_compute"],
+                          intensity_mem=conc["intensity_mem"], cores=cores,
+                          control_threads=ranks, source="layer-api", machine=machine.name,
+                          gil_kernel_s=lock["gil_kernel_s"], calibration=calib, **figures)
+    ovh.copy_s = bcast_root(fit_copy_cost(ovh, calib["rows"], graphs))
+    return ovh
 
 
 def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",

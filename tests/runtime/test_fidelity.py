@@ -279,6 +279,7 @@ def test_layer_api_calibration_on_synthetic_models(rt2, cache):
     assert rows[1]["tasks"] > rows[0]["tasks"]
     assert min(figs[k] for k in ("step_s", "launch_s", "req_launch_s", "copy_launch_s",
                                  "task_s", "req_task_s")) >= 0
+    assert len(figs["taskgraphs"]) == 2  # for the copy term's fit
     c = measure_kernel_concurrency(n=64, elems=10_000, reps=2)
     assert c["kernel_scale"] >= 1 and c["kernel_scale_mem"] >= 1
     assert c["intensity_compute"] > c["intensity_mem"] > 0
@@ -476,3 +477,27 @@ def test_train_and_simulate_compare_agree_on_gpt2(cache, capsys, monkeypatch, st
     compared = json.loads(capsys.readouterr().out)
     assert compared["iteration_time_s"] == pytest.approx(trained["simulated_iteration_s"],
                                                          rel=0.02)
+
+
+def test_copy_cost_fit_recovers_a_known_per_copy_cost():
+    """Rows whose periods the simulator itself made with copy_s = 300 us:
+    the fit picks 300 us back from its grid; rows without copies give 0."""
+    from legionpy.measure.calibration import COPY_GRID, _mlp, fit_copy_cost
+    from legionpy.optimizer.costmodel import AnalyticCostModel
+
+    machine = Machine.parse("local:2")
+    ovh = RuntimeOverhead(launch_s=1e-5, task_s=2e-5, cores=2, gil_kernel_s=2e-5)
+    rows, graphs = [], []
+    for depth in (2, 4, 6):
+        g = _mlp(depth).graph
+        sim = Simulator(g, machine, AnalyticCostModel())
+        sim.run(Strategy.data_parallel(g, machine))
+        tg = sim.tg.to_json()
+        copies = sum(t["kind"] == "copy" for t in tg["tasks"])
+        truth = simulate_with_runtime(tg, RuntimeOverhead(**{**ovh.to_dict(), "copy_s": 3e-4}),
+                                      g, pipelined=True)["iteration_time_s"]
+        rows.append({"copies": copies, "period_s": truth})
+        graphs.append((tg, g))
+    assert 3e-4 in COPY_GRID and all(r["copies"] > 0 for r in rows)
+    assert fit_copy_cost(ovh, rows, graphs) == 3e-4
+    assert fit_copy_cost(ovh, [dict(r, copies=0) for r in rows], graphs) == 0.0
