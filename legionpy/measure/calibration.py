@@ -147,6 +147,7 @@ def calibrate_layer_overhead(machine: Any, steps: int = 9, warmup: int = 3,
             busy = float(sum(real["measured_per_device_busy_s"].values()))
             rows.append({"model": m.graph.name, "strategy": sname, **counts,
                          "period_s": real["measured_time_s"],
+                         "background_cores": real.get("measured_background_cores"),
                          "control_s": real["measured_control_cpu_s"],
                          "worker_extra_s": max(0.0, busy - kernels)})
             if verbose:
@@ -181,9 +182,10 @@ def fit_copy_cost(ovh: RuntimeOverhead, rows: list[dict], graphs: list) -> float
     a 2-rank job: the MPI communicator's per-message work), fitted on the
     calibration rows: of :data:`COPY_GRID`, the value whose simulated
     period (:func:`~legionpy.optimizer.fidelity.simulate_with_runtime` with
-    every other term as calibrated) has the least squared log error against
-    the measured periods (issue 26: without it every ``mpirun -n 2`` row was
-    30-65% low, the breakdown's copy/collective term). Only rows with copies
+    every other term as calibrated, at each row's measured background load)
+    has the least squared log error against the measured periods (issue 26:
+    without it every ``mpirun -n 2`` row was 30-65% low, the breakdown's
+    copy/collective term). Only rows with copies
     count; 0 when none has."""
     from dataclasses import replace
 
@@ -197,7 +199,10 @@ def fit_copy_cost(ovh: RuntimeOverhead, rows: list[dict], graphs: list) -> float
         o = replace(ovh, copy_s=c)
         err = 0.0
         for r, (tg, graph) in pairs:
-            t = simulate_with_runtime(tg, o, graph, pipelined=True)["iteration_time_s"]
+            # each row at the background load measured while it ran, so the
+            # figure is the copy's own cost, not other programs' share of the cores
+            t = simulate_with_runtime(tg, o.under_load(r.get("background_cores")), graph,
+                                      pipelined=True)["iteration_time_s"]
             err += float(np.log(max(t, 1e-9) / max(r["period_s"], 1e-9))) ** 2
         return err
 
