@@ -226,7 +226,8 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     graphs = figures.pop("taskgraphs")
     conc = measure_kernel_concurrency()
     lock = measure_lock_hold()
-    calib = dict(figures.pop("calibration"), **conc, lock_hold=lock["lock_hold"])
+    calib = dict(figures.pop("calibration"), **conc, lock_hold=lock["lock_hold"],
+                 lock_measured=lock["lock_measured"])
     ranks = 1 + max((d.rank for d in rt.devices), default=0)
     ranks = max(ranks, int(getattr(rt, "size", 1) or 1))
     cores = bcast_root(local_cores())
