@@ -39,7 +39,7 @@ LAYERS = ("input", "conv2d", "pool2d", "dense", "flat", "reshape", "relu", "sigm
           "gelu", "batch_norm", "dropout", "concat", "add", "multiply", "softmax", "embedding",
           "batch_matmul", "lstm", "attention", "layer_norm", "transpose", "slice", "scale",
           "add_bias", "positional_encoding", "multihead_attention", "unary", "binary",
-          "reduce", "pad", "cast", "gather")
+          "reduce", "pad", "cast", "gather", "tied_dense")
 _ids = itertools.count()
 
 

@@ -28,7 +28,7 @@ from .layers import (
     Softmax,
     Tanh,
 )
-from .recurrent import Attention, Embedding, LSTMCell
+from .recurrent import Attention, Embedding, LSTMCell, TiedDense
 from .sequence import AddBias, LayerNorm, PositionalEncoding, Scale, Slice, Transpose
 
 __all__ = [
@@ -37,5 +37,5 @@ __all__ = [
     "Gelu", "Input", "Multiply", "Pool2D", "Relu", "Reshape", "Sigmoid", "Softmax",
     "Tanh", "Attention", "Embedding", "LSTMCell", "AddBias", "LayerNorm",
     "PositionalEncoding", "Scale", "Slice", "Transpose", "Unary", "Binary", "Reduce", "Pad",
-    "Cast", "Gather",
+    "Cast", "Gather", "TiedDense",
 ]

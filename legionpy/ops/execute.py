@@ -426,6 +426,27 @@ class _Embedding:
         return [None], {"weight": dw}
 
 
+@tile_kernel("tied_dense")
+class _TiedDense:
+    """``y = x @ W^T`` with W (units, in): the dense kernels on ``W.T``."""
+
+    @staticmethod
+    def forward(op, t):
+        x = t.xs[0]
+        z = K.dense_forward(x.reshape(-1, x.shape[-1]), t.ws["weight"].T)
+        return z.reshape(t.out.shape)
+
+    @staticmethod
+    def backward(op, t, y, dy):
+        x = t.xs[0]
+        n = x.shape[-1]
+        dx, dw, _ = K.dense_backward(dy.reshape(-1, dy.shape[-1]), x.reshape(-1, n),
+                                     t.ws["weight"].T, False, t.need(0))
+        xp = K.array_module(dw)
+        return ([None if dx is None else dx.reshape(x.shape)],
+                {"weight": xp.ascontiguousarray(dw.T)})
+
+
 @tile_kernel("lstm")
 class _LSTM:
     """Gate-major weights ``w_ih`` (4, h, I), ``w_hh`` (4, h, H), ``bias`` (4, h)
