@@ -116,8 +116,12 @@ def test_tied_trace_equals_taskgraph(strategy):
         recs = train_traced(rt, m, [IDS], LABELS, 3)
         sim = Simulator(m.graph, mach)
         sim.run(m.strategy)
-        diff = compare(traced_taskgraph(recs), taskgraph_form(sim.tg))
+        form = taskgraph_form(sim.tg)
+        diff = compare(traced_taskgraph(recs), form)
         assert not diff, "\n".join(diff)
+        # one parameter, one update: the head has no weight of its own
+        assert {k.split("[")[0] for k in form.tasks if k.startswith("U:")} == {
+            "U:emb.weight", "U:ln.gamma", "U:ln.beta"}
     finally:
         lp.runtime.shutdown()
 
