@@ -28,13 +28,13 @@ from typing import Any
 from ..errors import GraphError
 from ..optimizer.graph import Graph
 from .cnn import build_alexnet, build_inception_v3, build_lenet, build_resnet101, build_vgg16
-from .gpt import GPT_CONFIGS, build_gpt
+from .gpt import CONFIGS as GPT_CONFIGS
+from .gpt import builder as gpt_builder
 from .rnn import build_nmt, build_rnnlm, build_rnntc
 from .transformer import build_transformer
 
 __all__ = ["ZooModel", "MODELS", "BUILDERS", "SMALL", "lenet", "alexnet", "vgg16",
-           "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt", "transformer", "gpt2", "gpt3_1_3b",
-           "gpt3_2_7b", "gpt3_6_7b", "gpt3_13b", "build",
+           "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt", "transformer", "gpt2", "build",
            "graph", "sizes_for", "check_model", "is_onnx"]
 
 #: name -> (builder, the paper's batch size)
@@ -43,24 +43,9 @@ BUILDERS: dict[str, tuple[Callable, int]] = {
     "inception_v3": (build_inception_v3, 64), "resnet101": (build_resnet101, 64),
     "rnntc": (build_rnntc, 64), "rnnlm": (build_rnnlm, 64), "nmt": (build_nmt, 64),
     "transformer": (build_transformer, 64),
+    # GPT-2 small and the GPT-3 family (models/gpt.py); batch 8 sequences
+    **{name: (gpt_builder(name), 8) for name in GPT_CONFIGS},
 }
-
-
-def _gpt_builder(name: str) -> Callable:
-    layers, d, heads, seq, vocab, _ = GPT_CONFIGS[name]
-
-    def build(b, seq: int = seq, d_model: int = d, heads: int = heads, layers: int = layers,
-              vocab: int = vocab):
-        return build_gpt(b, seq, d_model, heads, layers, vocab)
-
-    build.__name__ = f"build_{name.replace('-', '_').replace('.', '_')}"
-    build.__doc__ = f"{name}: :func:`legionpy.models.gpt.build_gpt` with its sizes."
-    return build
-
-
-#: GPT decoders (legionpy.models.gpt): the zoo names keep the papers' spelling
-#: (``gpt3-1.3b``); their Python attributes use ``_`` (``models.gpt3_1_3b``)
-BUILDERS.update({n: (_gpt_builder(n), c[5]) for n, c in GPT_CONFIGS.items()})
 
 #: sizes (and batch) of ``scale="small"``: each trains a step in well under a
 #: second on one CPU core, and the synthetic tasks of :mod:`legionpy.data`
@@ -79,9 +64,9 @@ SMALL: dict[str, dict[str, Any]] = {
     "nmt": {"batch_size": 16, "steps": 6, "hidden": 32, "layers": 1, "vocab": 16},
     "transformer": {"batch_size": 8, "seq": 8, "d_model": 32, "heads": 4, "ff": 64,
                     "layers": 2, "vocab": 32},
+    **{name: {"batch_size": 8, "seq": 8, "d_model": 32, "heads": 4, "layers": 2, "vocab": 32}
+       for name in GPT_CONFIGS},
 }
-SMALL.update({n: {"batch_size": 8, "seq": 8, "d_model": 32, "heads": 4, "layers": 2,
-                  "vocab": 32} for n in GPT_CONFIGS})
 
 
 @dataclass
@@ -195,15 +180,12 @@ rnntc = _maker("rnntc")
 rnnlm = _maker("rnnlm")
 nmt = _maker("nmt")
 transformer = _maker("transformer")
+
 gpt2 = _maker("gpt2")
-gpt3_1_3b = _maker("gpt3-1.3b")
-gpt3_2_7b = _maker("gpt3-2.7b")
-gpt3_6_7b = _maker("gpt3-6.7b")
-gpt3_13b = _maker("gpt3-13b")
 
 MODELS = {f.__name__: f for f in (lenet, alexnet, vgg16, inception_v3, resnet101, rnntc,
-                                  rnnlm, nmt, transformer, gpt2, gpt3_1_3b, gpt3_2_7b,
-                                  gpt3_6_7b, gpt3_13b)}
+                                  rnnlm, nmt, transformer, gpt2)}
+MODELS.update({name: _maker(name) for name in GPT_CONFIGS if name != "gpt2"})
 
 
 def build(name: str, **kw: Any) -> Any:

@@ -156,7 +156,9 @@ class Model:
             elif planned is None or c != planned[op.name]:
                 answered.append(op.name)
             configs[op.name] = c
-        s = Strategy(configs, self.graph.name, machine.name)
+        # the planned strategy's pipeline (stages, micro-batches) stays with its configs
+        s = Strategy(configs, self.graph.name, machine.name,
+                     getattr(planned, "pipeline", None))
         if planned is not None and s == planned:
             return planned
         try:

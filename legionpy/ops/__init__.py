@@ -35,7 +35,7 @@ __all__ = [
     "REGISTRY", "Operator", "Parameter", "TensorRef", "op_class", "register",
     "Add", "BatchMatmul", "BatchNorm", "Concat", "Conv2D", "Dense", "Dropout", "Flat",
     "Gelu", "Input", "Multiply", "Pool2D", "Relu", "Reshape", "Sigmoid", "Softmax",
-    "Tanh", "Attention", "Embedding", "LSTMCell", "AddBias", "LayerNorm",
+    "Tanh", "Attention", "Embedding", "LSTMCell", "TiedDense", "AddBias", "LayerNorm",
     "PositionalEncoding", "Scale", "Slice", "Transpose", "Unary", "Binary", "Reduce", "Pad",
-    "Cast", "Gather", "TiedDense",
+    "Cast", "Gather",
 ]

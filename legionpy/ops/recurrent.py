@@ -1,4 +1,4 @@
-"""Sequence operators: embedding, the tied output head, LSTM cell, Luong attention.
+"""Sequence operators: embedding, LSTM cell, Luong attention.
 
 LSTM representation (one cell = one time step, as FlexFlow's NMT): the op
 takes ``x_t`` (N, I) and optionally the previous state ``(N, 2, H)`` and
@@ -37,7 +37,7 @@ from ..errors import GraphError
 from ..geometry import Rect
 from .base import Operator, reduce_part, register, replace_dim
 
-__all__ = ["Embedding", "TiedDense", "LSTMCell", "Attention"]
+__all__ = ["TiedDense", "Embedding", "LSTMCell", "Attention"]
 
 
 @register
@@ -82,37 +82,36 @@ class Embedding(Operator):
 
 @register
 class TiedDense(Operator):
-    """``y = x @ weight^T`` over the last dim, ``weight`` (units, in): an
-    embedding table's layout, so an output head can hold the token
-    embedding's very Parameter (weight tying: Press & Wolf, "Using the Output
-    Embedding to Improve Language Models", 2017; GPT-2's ``lm_head``). No
-    bias. The output features (the vocabulary) are a parameter dim: a tile
-    reads the table's rows ``[lo, hi)``; the input features are a reduction
-    dim (each slice reads a column range). The two users' weight tiles differ
-    (the embedding splits columns, the head rows); :func:`legionpy.placement.
-    param_tiles` merges overlapping ones, and both gradients Reduce into the
-    one parameter's ``g``."""
+    """The output projection tied to an embedding (Press & Wolf, "Using the
+    Output Embedding to Improve Language Models", EACL 2017; GPT-2):
+    ``y = x @ weight.T`` with ``weight`` the embedding's (vocab, dim) table,
+    shared (``share=`` the embedding). An output-feature (vocabulary) tile
+    reads the table's rows, so the search splits the vocabulary like a
+    dense layer's units; both uses reduce into the one parameter's gradient."""
 
     kind = "tied_dense"
 
     def infer_shape(self):
-        return self.inputs[0].shape[:-1] + (self.attrs["units"],)
+        return self.inputs[0].shape[:-1] + (self.attrs["vocab"],)
 
     def infer_dims(self):
         n = len(self.output_shape)
         return ("sample",) + ("attribute",) * (n - 2) + ("parameter",)
 
     def make_params(self):
-        return {"weight": ((self.attrs["units"], self.inputs[0].shape[-1]),
+        return {"weight": ((self.attrs["vocab"], self.inputs[0].shape[-1]),
                            {"kind": "normal", "std": 0.05})}
 
     def input_rect(self, i, out):
-        return replace_dim(out, out.ndim - 1, 0, self.inputs[0].shape[-1])
+        return Rect(out.lo[:-1] + (0,), out.hi[:-1] + (self.inputs[0].shape[-1],))
 
     def weight_rect(self, pname, out):
         return Rect((out.lo[-1], 0), (out.hi[-1], self.inputs[0].shape[-1]))
 
     def reduce_extent(self):
+        """The input features (the table's columns): slice ``r`` computes
+        ``x[..., slice] @ W[:, slice].T``, the output is their sum (no bias,
+        so every slice is alike; tests/runtime/test_gpt_tied.py)."""
         return self.inputs[0].shape[-1]
 
     def part_input_rect(self, i, out, r=0, n=1):

@@ -211,23 +211,16 @@ class Graph:
         return self._make(O.Embedding, "embedding", [x], name, share, vocab=int(vocab),
                           dim=int(dim))
 
-    def tied_dense(self, x, share, name: str | None = None) -> TensorRef:
-        """``x @ W^T`` where ``W`` (units, in) is the ``weight`` of ``share``
-        (an embedding ref/op): an output head tied to the token embedding, one
-        Parameter used by both ops (counted and updated once)."""
-        src = share.op if isinstance(share, TensorRef) else share
-        w = src.params.get("weight") if isinstance(src, O.Operator) else None
-        if w is None or len(w.shape) != 2:
-            raise GraphError(f"tied_dense {name!r}: share must be an op (or its output) with "
-                             f"a 2-d 'weight' such as an embedding, got {share!r}")
-        if w.shape[1] != x.shape[-1]:
-            raise GraphError(f"tied_dense {name!r}: x has {x.shape[-1]} features but the "
-                             f"shared weight {w.name!r} is {w.shape} (units, in)")
-        return self._make(O.TiedDense, "tied_dense", [x], name, share, units=int(w.shape[0]))
-
     def batch_matmul(self, a, b, transpose_b: bool = False, name: str | None = None):
         return self._make(O.BatchMatmul, "batch_matmul", [a, b], name,
                           transpose_b=bool(transpose_b))
+
+    def tied_dense(self, x, embedding, name: str | None = None) -> TensorRef:
+        """``x @ E.T``: the output projection sharing ``embedding``'s (vocab,
+        dim) table (a ref or op of :meth:`embedding`)."""
+        op = embedding.op if isinstance(embedding, TensorRef) else embedding
+        return self._make(O.TiedDense, "tied_dense", [x], name, embedding,
+                          vocab=int(op.attrs["vocab"]))
 
     def layer_norm(self, x, eps: float = 1e-5, name: str | None = None) -> TensorRef:
         """Layer normalisation over the last dim (params gamma, beta)."""
