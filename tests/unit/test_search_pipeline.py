@@ -76,3 +76,27 @@ def test_run_all_has_a_pipeline_row_and_keeps_its_pipeline():
     assert s.pipeline is not None
     back = Strategy.from_dict(json.loads(json.dumps(s.to_dict())), g)
     assert back == s and math.isfinite(Simulator(g, m).simulate(back))
+
+
+def test_mcmc_moves_on_cuts_and_micro_batches_never_lose_the_start():
+    """Metropolis-Hastings from a poor pipeline (badly cut, few micro-
+    batches): boundary shifts, m doubled or halved, recomputation switched;
+    the best is never worse than the start and here strictly better."""
+    from legionpy.optimizer.search.pipeline import refine
+
+    g = models.graph("gpt2", scale="small", batch_size=32, layers=4).graph
+    m = Machine.parse("p100:1x4")
+    sim = Simulator(g, m)
+    pts = cut_points(g)
+    poor = Strategy.pipeline(g, m, stages=2, microbatches=2)
+    poor = poor.with_pipeline(poor.pipeline.__class__(
+        ((g.ops[0].name, g.ops[pts[0] - 1].name), (g.ops[pts[0]].name, g.ops[-1].name)),
+        poor.pipeline.devices, 2, "1f1b", ()))
+    stage = poor.pipeline.stage_of(g)
+    fixed = {op.name: poor[g.ops[0].name].__class__.along(
+        len(op.output_shape), 0, 2, poor.pipeline.devices[stage[op.index]]) for op in g.ops}
+    poor = Strategy(fixed, g.name, m.name, poor.pipeline)
+    start = sim.run(poor).search_cost
+    best, cost, moves = refine(g, m, poor, lambda s: sim.run(s).search_cost, moves=40, seed=1)
+    assert moves == 40 and cost <= start
+    assert cost < start and best.pipeline != poor.pipeline

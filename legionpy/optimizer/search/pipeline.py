@@ -41,7 +41,7 @@ from ...pipeline import Pipeline, cut_points, in_flight, max_microbatches
 from ..memory import INFEASIBLE_BASE_S
 from ..strategy import ParallelConfig, Strategy, largest_divisor
 
-__all__ = ["pipeline_search", "PipelineResult", "cut_points"]
+__all__ = ["pipeline_search", "PipelineResult", "cut_points", "refine"]
 
 
 @dataclass
@@ -54,6 +54,7 @@ class PipelineResult:
     cost_s: float = math.inf
     tried: dict = field(default_factory=dict)
     simulated: dict = field(default_factory=dict)
+    moves: int = 0
     search_time_s: float = 0.0
     stopped_on_budget: bool = False
 
@@ -151,7 +152,8 @@ def pipeline_search(graph, machine, cost_model, score: Callable[[Strategy], floa
                     deadline: float | None = None, schedule: str = "1f1b",
                     optimizer_slots: int = 1, keep: int = 6,
                     also: list | None = None,
-                    sim_s: Callable[[], float] | None = None) -> PipelineResult:
+                    sim_s: Callable[[], float] | None = None,
+                    moves: int | None = None, seed: int = 0) -> PipelineResult:
     """The best pipelined strategy (see the module docstring): every stage
     count dividing the devices (2 .. ops), each with its micro-batch
     candidates, without and with recomputation; the estimates are simulated
@@ -161,7 +163,8 @@ def pipeline_search(graph, machine, cost_model, score: Callable[[Strategy], floa
     in ``also`` (already scored, e.g. the even-cut baseline) compete with
     them; nothing new starts after ``deadline`` (a ``perf_counter`` time), nor
     a simulation that would end after it by ``sim_s()`` seconds (the longest
-    one so far), once one candidate has been simulated."""
+    one so far), once one candidate has been simulated. Then :func:`refine`
+    walks from the best (``moves`` proposals, or until the deadline)."""
     t0 = time.perf_counter()
     D = machine.num_devices
     n = len(graph.ops)
@@ -210,6 +213,12 @@ def pipeline_search(graph, machine, cost_model, score: Callable[[Strategy], floa
         fits += c < INFEASIBLE_BASE_S
         res.simulated[s.pipeline] = c
         if best is None or c < best[1]:
+            best = (s, c)
+    if best is not None and (moves or (moves is None and deadline is not None)):
+        # MCMC moves on the stage cuts, m and recomputation (issue 25)
+        s, c, res.moves = refine(graph, machine, best[0], score, deadline, moves, seed,
+                                 sim_s, start_cost=best[1])
+        if c < best[1]:
             best = (s, c)
     if best is not None:
         res.strategy, res.cost_s = best
@@ -266,6 +275,75 @@ def _strategy(graph, machine, bounds, per, m, schedule, recompute) -> Strategy:
             sd = list(op.dims).index("sample")
             k = largest_divisor(op.output_shape[sd] // m if batch % m == 0 else 1, per)
             out[op.name] = ParallelConfig.along(nd, sd, k, block[:k])
+    if recompute is True:
+        recompute = tuple(range(len(bounds)))
     pipe = Pipeline(tuple((ops[a].name, ops[b - 1].name) for a, b in bounds), tuple(blocks),
-                    m, schedule, tuple(range(len(bounds))) if recompute else ())
+                    m, schedule, tuple(recompute or ()))
     return Strategy(out, graph.name, machine.name, pipe)
+
+
+def refine(graph, machine, start: Strategy, score: Callable[[Strategy], float],
+           deadline: float | None = None, moves: int | None = None, seed: int = 0,
+           sim_s: Callable[[], float] | None = None, beta: float = 20.0,
+           start_cost: float | None = None) -> tuple[Strategy, float, int]:
+    """Metropolis-Hastings over a pipelined strategy (FlexFlow's search,
+    section 6.2, with pipeline moves): shift one stage boundary to the
+    neighbouring cut point, double or halve the micro-batches, or switch one
+    stage's recomputation; a proposal ``c' `` replaces the current ``c`` when
+    it is cheaper or with probability ``exp(-beta (c' - c) / c)``. Runs
+    ``moves`` proposals, or until ``deadline`` (no proposal starts whose
+    simulation, ``sim_s()`` seconds, would end after it). Returns the best
+    (strategy, cost, proposals)."""
+    import random
+
+    rng = random.Random(seed)
+    pipe = start.pipeline
+    stage = pipe.stage_of(graph)
+    n = len(graph.ops)
+    bounds = []
+    for sidx in range(pipe.num_stages):
+        idx = [i for i in range(n) if stage[i] == sidx]
+        bounds.append((idx[0], idx[-1] + 1))
+    per, m = len(pipe.devices[0]), pipe.microbatches
+    rec = set(pipe.recompute)
+    starts = sorted(set(cut_points(graph)))
+    batch = graph.batch_size
+    cur = (list(bounds), m, frozenset(rec))
+    cur_c = score(start) if start_cost is None else start_cost
+    best = (start, cur_c)
+    done = 0
+    while True:
+        if moves is not None and done >= moves:
+            break
+        if moves is None and (deadline is None or time.perf_counter()
+                              + (sim_s() if sim_s else 0.0) >= deadline):
+            break
+        bnd, mm, rr = list(cur[0]), cur[1], set(cur[2])
+        kind = rng.randrange(3)
+        if kind == 0 and len(bnd) > 1:  # move the start of stage k + 1
+            k = rng.randrange(len(bnd) - 1)
+            a = bnd[k + 1][0]
+            lo, hi = bnd[k][0], bnd[k + 1][1]
+            opts = [x for x in starts if lo < x < hi and x != a]
+            near = [x for x in opts if abs(x - a) == min((abs(y - a) for y in opts), default=0)]
+            if not near:
+                done += 1
+                continue
+            x = rng.choice(near)
+            bnd[k], bnd[k + 1] = (bnd[k][0], x), (x, bnd[k + 1][1])
+        elif kind == 1:
+            mm = mm * 2 if rng.random() < 0.5 else mm // 2
+            if mm < 1 or batch % mm or batch // mm < per or mm > max_microbatches(graph, per):
+                done += 1
+                continue
+        else:
+            rr ^= {rng.randrange(len(bnd))}
+        cand = _strategy(graph, machine, bnd, per, mm, pipe.schedule, tuple(sorted(rr)))
+        c = score(cand)
+        done += 1
+        if c <= cur_c or (math.isfinite(c) and rng.random() < math.exp(
+                -beta * (c - cur_c) / max(cur_c, 1e-30))):
+            cur, cur_c = (bnd, mm, frozenset(rr)), c
+            if c < best[1]:
+                best = (cand, c)
+    return best[0], best[1], done
