@@ -108,6 +108,19 @@ class TiedDense(Operator):
     def weight_rect(self, pname, out):
         return Rect((out.lo[-1], 0), (out.hi[-1], self.inputs[0].shape[-1]))
 
+    def reduce_extent(self):
+        """The input features (the table's columns): slice ``r`` computes
+        ``x[..., slice] @ W[:, slice].T``, the output is their sum (no bias,
+        so every slice is alike; tests/runtime/test_gpt_tied.py)."""
+        return self.inputs[0].shape[-1]
+
+    def part_input_rect(self, i, out, r=0, n=1):
+        q = self.input_rect(i, out)
+        return reduce_part(q, q.ndim - 1, self.inputs[0].shape[-1], r, n)
+
+    def part_weight_rect(self, pname, out, r=0, n=1):
+        return reduce_part(self.weight_rect(pname, out), 1, self.inputs[0].shape[-1], r, n)
+
     def flops(self, out):
         f = 2.0 * out.volume * self.inputs[0].shape[-1]
         return f, 2.0 * f
