@@ -225,6 +225,19 @@ def _ring_ag(ring, chunk_of, nbytes_of, rnd0, out, prev):
     return rnd0 + n - 1
 
 
+def _on_rings(ring_op, rings, chunks, group, nb, rnd, out, prev) -> int:
+    """``ring_op`` (:func:`_ring_rs` / :func:`_ring_ag`) on every ring of
+    group positions in ``rings`` at once (the same rounds from ``rnd``;
+    ``chunks(k)``: ring ``k``'s chunk_of); ``prev`` updated; the end round."""
+    end = rnd
+    for k, ps in enumerate(rings):
+        sub = [prev[p] for p in ps]
+        end = ring_op([group[p] for p in ps], chunks(k), nb, rnd, out, sub)
+        for i, p in enumerate(ps):
+            prev[p] = sub[i]
+    return end
+
+
 def steps(kind: str, group: Sequence[int], nbytes: float, algorithm: str = "ring",
           node_of: Callable[[int], int] | None = None) -> list[Step]:
     """Every message of ``kind`` over ``group`` with ``algorithm``, in round
@@ -264,37 +277,22 @@ def steps(kind: str, group: Sequence[int], nbytes: float, algorithm: str = "ring
     # position p = m * g + l owns chunk p; inside node m, local l gathers the
     # strided piece {m' * g + l}; across nodes, the ring of local rank l
     # splits that piece by node.
-    rnd = 0
     nodes = [list(range(m * g, (m + 1) * g)) for m in range(N)]
     lanes = [list(range(l, n, g)) for l in range(g)]
+
+    def in_node(m):  # inside a node, local i gathers the strided piece {m' g + i}
+        return lambda i: range(i, n, g)
+
+    def in_lane(l):  # across nodes, the lane of local rank l splits it by node
+        return lambda i: range(i * g + l, i * g + l + 1)
+
+    rnd = 0
     if kind in ("reduce_scatter", "all_reduce"):
-        end = rnd
-        for m in range(N):
-            sub = [None] * g
-            end = _ring_rs([group[p] for p in nodes[m]], lambda i: range(i, n, g), nb, rnd,
-                           out, sub)
-            for i, p in enumerate(nodes[m]):
-                prev[p] = sub[i]
-        rnd = end
-        for l in range(g):
-            sub = [prev[p] for p in lanes[l]]
-            end = _ring_rs([group[p] for p in lanes[l]],
-                           lambda i, l=l: range(i * g + l, i * g + l + 1), nb, rnd, out, sub)
-            for i, p in enumerate(lanes[l]):
-                prev[p] = sub[i]
-        rnd = end
+        rnd = _on_rings(_ring_rs, nodes, in_node, group, nb, rnd, out, prev)
+        rnd = _on_rings(_ring_rs, lanes, in_lane, group, nb, rnd, out, prev)
     if kind in ("all_gather", "all_reduce"):
-        end = rnd
-        for l in range(g):
-            sub = [prev[p] for p in lanes[l]]
-            end = _ring_ag([group[p] for p in lanes[l]],
-                           lambda i, l=l: range(i * g + l, i * g + l + 1), nb, rnd, out, sub)
-            for i, p in enumerate(lanes[l]):
-                prev[p] = sub[i]
-        rnd = end
-        for m in range(N):
-            sub = [prev[p] for p in nodes[m]]
-            _ring_ag([group[p] for p in nodes[m]], lambda i: range(i, n, g), nb, rnd, out, sub)
+        rnd = _on_rings(_ring_ag, lanes, in_lane, group, nb, rnd, out, prev)
+        _on_rings(_ring_ag, nodes, in_node, group, nb, rnd, out, prev)
     return out
 
 

@@ -21,9 +21,15 @@ numbered in order of their first appearance. Times are shifted so each trace
 starts at 0. The real trace should hold one iteration (trace a one-step run,
 or pass ``--window START_MS:END_MS`` to cut one out of a longer trace).
 
-Prints busy seconds per row, simulated vs real, and both makespans; with
-``--json`` one object ``{"sim_makespan_s", "real_makespan_s",
-"relative_error", "rows": {row: {"sim_busy_s", "real_busy_s"}}}``. ``--png``
+Prints busy seconds per row, simulated vs real, both makespans, and where
+the iteration goes per device and kind -- compute, copy/collective (copies
+arriving over the device's links), update, fill/reduce and idle
+(:mod:`legionpy.optimizer.breakdown`; the real trace's figures divided by
+the iterations it covers) -- with the largest miss named; with ``--json``
+one object ``{"sim_makespan_s", "real_makespan_s", "relative_error",
+"rows": {row: {"sim_busy_s", "real_busy_s"}}, "terms": {"sim": {row:
+{term: s}}, "real": ...}, "worst_term": {"row", "term", "sim_s", "real_s",
+"diff_s"}}``. ``--png``
 draws each row twice, simulated above real, on one time axis (matplotlib,
 Agg).
 """
@@ -108,6 +114,8 @@ def load_timeline(path_or_obj: Any, window: tuple[float, float] | None = None) -
         if a.get("link") is not None:
             src, dst = a["link"]
             row = "link " + "->".join("host" if int(m) < 0 else str(int(m)) for m in (src, dst))
+        elif isinstance(a.get("device"), str):  # a collective's communicator, comm:0,1
+            row = a["device"]
         elif a.get("device") is not None:
             row = f"dev {int(a['device'])}"
         else:
@@ -262,6 +270,12 @@ def _compare_traces(args) -> dict:
     if args.png:
         plot_timelines(sim, real, args.png)
         out["png"] = args.png
+    # where the time goes, per device and kind (the real side per simulated iteration)
+    from ..optimizer.breakdown import breakdown, format_breakdown, worst_term
+
+    n_real = max(1, round(its)) if its else 1
+    out["terms"] = {"sim": breakdown(sim), "real": breakdown(real, iterations=n_real)}
+    out["worst_term"] = worst_term(out["terms"]["sim"], out["terms"]["real"])
     err = out["relative_error"]
     lines = [f"makespan: simulated {out['sim_makespan_s'] * 1e3:.3f} ms, real "
              f"{out['real_makespan_s'] * 1e3:.3f} ms"
@@ -269,6 +283,8 @@ def _compare_traces(args) -> dict:
              f"  {'row':<20} {'sim busy ms':>12} {'real busy ms':>13}"]
     for row, v in out["rows"].items():
         lines.append(f"  {row:<20} {v['sim_busy_s'] * 1e3:>12.3f} {v['real_busy_s'] * 1e3:>13.3f}")
+    lines.append("where an iteration goes, per device and kind (ms):")
+    lines.append(format_breakdown(out["terms"]["sim"], out["terms"]["real"]))
     if args.png:
         lines.append(f"  wrote {args.png}")
     return {"text": "\n".join(lines), **out}

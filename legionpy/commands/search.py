@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 from ..cli import command
 from .args import machine_spec, nonneg_int, out_file, positive_float, positive_int
@@ -37,9 +38,11 @@ def _configure(p: argparse.ArgumentParser) -> None:
                    help="MCMC proposals instead of a time budget (deterministic)")
     p.add_argument("--batch-size", type=positive_int, default=None)
     p.add_argument("--methods", default=None,
-                   help="comma-separated: data,model,expert,partitioner,elimination,mcmc,"
-                        "exhaustive,hierarchical,hybrid (default: all but exhaustive and "
-                        "hybrid; with --sync collective past 256 devices: data,hybrid,mcmc)")
+                   help="comma-separated: data,model,expert,partitioner,elimination,"
+                        "hierarchical,pipeline,mcmc,exhaustive,hybrid,megatron,even-pipeline "
+                        "(default: the first eight; when one simulation takes over 15%% of "
+                        "the budget: data,even-pipeline,pipeline; with --sync collective "
+                        "past 256 devices: data,hybrid,mcmc)")
     p.add_argument("--out", type=out_file, default=None,
                    help="best strategy JSON (default MODEL-SPEC.json)")
     p.add_argument("--png", type=out_file, default=None, help="also draw the best strategy")
@@ -66,13 +69,19 @@ def _search(args) -> dict:
     from ..optimizer.trace import plot_strategy, write_chrome_trace
 
     methods = args.methods.split(",") if args.methods else None
-    known = list(DEFAULT_METHODS) + ["owt", "exhaustive", "hybrid"]
+    known = list(DEFAULT_METHODS) + ["owt", "exhaustive", "hybrid", "megatron", "even-pipeline"]
     unknown = sorted(set(methods or ()) - set(known))
     if unknown:
         raise StrategyError(f"--methods: unknown search methods {unknown}; known: {known}")
+    t_cmd = time.perf_counter()
     kw = {} if args.batch_size is None else {"batch_size": args.batch_size}
     graph = models.build(args.model, **kw).graph
     machine = Machine.parse(args.machine)
+    out = args.out or default_out(args)
+    # the budget is the command's (issue 25): building the graph and scoring
+    # the strategy an existing output file holds come out of it
+    previous = _previous(out, graph, machine, args.sync)
+    budget = max(0.0, args.budget - (time.perf_counter() - t_cmd))
     bar = None
     if not (args.no_progress or args.json or not sys.stderr.isatty()):
         from tqdm import tqdm
@@ -104,7 +113,7 @@ def _search(args) -> dict:
     found: dict = {}
     try:
         with deferred_interrupt("search", "at the next proposal") as stop:
-            rep = search.run_all(graph, machine, args.budget, args.seed, methods,
+            rep = search.run_all(graph, machine, budget, args.seed, methods,
                                  args.iterations, progress=progress, stage=stage, found=found,
                                  sync=args.sync)
     except KeyboardInterrupt:
@@ -115,8 +124,8 @@ def _search(args) -> dict:
         if bar is not None:
             bar.close()
     best = rep.best_strategy
-    out = args.out or default_out(args)
-    note = write_strategy(out, best, graph, machine, args.force, args.sync)
+    note = write_strategy(out, best, graph, machine, args.force, args.sync,
+                          new_cost=rep.rows[rep.best]["search_cost"], previous=previous)
     files = {"strategy": out}
     if args.png:
         plot_strategy(graph, best, machine, args.png)
@@ -145,30 +154,44 @@ def _cost(sim, strategy) -> float:
     return float(getattr(r, "search_cost", r.iteration_time_s))
 
 
-def write_strategy(path: str, best, graph, machine, force: bool = False,
-                   sync: str = "shards") -> dict:
-    """Write ``best`` to ``path`` unless ``path`` already holds a strategy
-    for this model and machine that simulates faster (``force`` overwrites
-    anyway); returns ``{"action": "wrote"|"replaced"|"kept"|"unchanged",
-    "message"}``, the message saying what happened to an existing file."""
+def _previous(path: str, graph, machine, sync: str = "shards") -> tuple | None:
+    """``(strategy or None, its cost or None, why not)`` of what ``path``
+    holds, None when there is no such file."""
     import os
 
     from ..errors import LegionpyError
     from ..optimizer import Simulator, Strategy
 
     if not os.path.exists(path):
-        best.save(path)
-        return {"action": "wrote", "message": f"wrote {path}"}
-    sim = Simulator(graph, machine, sync=sync)
-    new = _cost(sim, best)
+        return None
     try:
         old_s = Strategy.load(path, graph)
         old_s.validate(graph, machine)
-        old = _cost(sim, old_s)
-        why = None
+        return old_s, _cost(Simulator(graph, machine, sync=sync), old_s), None
     except (LegionpyError, OSError, ValueError, KeyError) as e:
-        old_s, old, why = None, None, str(e).split("\n")[0]
-    if old_s is not None and dict(old_s) == dict(best):
+        return None, None, str(e).split("\n")[0]
+
+
+def write_strategy(path: str, best, graph, machine, force: bool = False,
+                   sync: str = "shards", new_cost: float | None = None,
+                   previous: tuple | None = ()) -> dict:
+    """Write ``best`` to ``path`` unless ``path`` already holds a strategy
+    for this model and machine that simulates faster (``force`` overwrites
+    anyway); returns ``{"action": "wrote"|"replaced"|"kept"|"unchanged",
+    "message"}``, the message saying what happened to an existing file.
+    ``new_cost`` / ``previous`` (:func:`_previous`): figures already known."""
+    import os
+
+    from ..optimizer import Simulator
+
+    if previous == ():
+        previous = _previous(path, graph, machine, sync)
+    if previous is None or not os.path.exists(path):
+        best.save(path)
+        return {"action": "wrote", "message": f"wrote {path}"}
+    new = new_cost if new_cost is not None else _cost(Simulator(graph, machine, sync=sync), best)
+    old_s, old, why = previous
+    if old_s is not None and old_s == best:
         return {"action": "unchanged", "message": f"{path} already holds this strategy"}
     if old is not None and old < new and not force:
         return {"action": "kept",

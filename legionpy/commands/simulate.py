@@ -1,12 +1,17 @@
 """``legionpy simulate``: simulate one iteration of a model under a strategy.
 
-``--compare`` (``--machine local`` only) then runs the same strategy for real
+``--compare`` (``--machine local`` only; ``--scale small`` by default, as
+``legionpy train``, so both print one prediction for one configuration:
+:func:`legionpy.measure.predict_model`) then runs the same strategy for real
 on this process's devices (``LEGIONPY_CPUS``) or every rank of an ``mpirun``
 job (:func:`legionpy.measure.compare`: ``--warmup`` untimed and
 ``--steps`` timed training steps with the trace on) and reports simulated vs
-measured iteration time, ``relative_error = |sim - real| / real`` and the busy
-time of every device in both halves. With ``--compare`` the simulated figures
-include the runtime's measured per-task overhead
+measured iteration time, ``relative_error = |sim - real| / real``, the busy
+time of every device in both halves, and where an iteration goes per device
+and kind (compute, copy/collective, update, fill/reduce, control thread,
+idle; ``terms`` and ``worst_term`` in ``--json``,
+:mod:`legionpy.optimizer.breakdown`), simulated vs measured. With
+``--compare`` the simulated figures include the runtime's measured per-task overhead
 (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) unless
 ``--no-overhead``; ``kernel_time_s`` is the plain simulator's figure. Under
 MPI every rank runs and rank 0 prints.
@@ -24,8 +29,9 @@ def add_model_arguments(p) -> None:
     p.add_argument("--machine", type=machine_spec, default="local",
                    help="SPEC: p100:NODESxGPUS, k80:NxG, dgx1, h100:NxG, local, or a JSON file")
     p.add_argument("--batch-size", type=positive_int, default=None, help="default: the paper's")
-    p.add_argument("--scale", choices=("full", "small"), default="full",
-                   help="zoo sizes: the paper's (default) or small (as `legionpy profile`)")
+    p.add_argument("--scale", choices=("full", "small"), default=None,
+                   help="zoo sizes: the paper's (default) or small (as `legionpy profile`; "
+                        "the default of `simulate --compare`, as `legionpy train`)")
     p.add_argument("--size", type=size_pair, action="append", default=[], metavar="KEY=VALUE",
                    help="override a zoo size, e.g. --size hidden=256 (repeatable)")
 
@@ -42,7 +48,7 @@ def build_model_and_machine(args):
     sizes = parse_sizes(getattr(args, "size", None) or [])
     if args.batch_size:
         sizes["batch_size"] = args.batch_size
-    zoo = graph(args.model, scale=getattr(args, "scale", "full"), **sizes)
+    zoo = graph(args.model, scale=getattr(args, "scale", None) or "full", **sizes)
     return zoo.graph, Machine.parse(args.machine)
 
 
@@ -176,7 +182,8 @@ def _compare(args) -> dict:
     sizes = parse_sizes(args.size)
     if args.batch_size:
         sizes["batch_size"] = args.batch_size
-    r = compare(args.model, args.strategy, scale=args.scale, sizes=sizes,
+    # the same configuration `legionpy train MODEL` runs by default: small sizes
+    r = compare(args.model, args.strategy, scale=args.scale or "small", sizes=sizes,
                 cost=args.cost or LOCAL_COST,
                 steps=args.steps, warmup=args.warmup, overhead=not args.no_overhead,
                 sync=getattr(args, "sync", "shards"))
@@ -198,6 +205,11 @@ def _compare(args) -> dict:
     for d in sorted(set(r.per_device_busy_s) | set(r.measured_per_device_busy_s)):
         lines.append(f"  {d:<10} {r.per_device_busy_s.get(d, 0.0) * 1e3:>12.3f} "
                      f"{r.measured_per_device_busy_s.get(d, 0.0) * 1e3:>13.3f}")
+    if r.terms.get("sim") and r.terms.get("real"):
+        from ..optimizer.breakdown import format_breakdown
+
+        lines.append("  where an iteration goes (ms; --json: terms):")
+        lines.append(format_breakdown(r.terms["sim"], r.terms["real"], ("sim", "real")))
     out["text"] = "\n".join(lines)
     if rt.rank != 0:
         out["quiet"] = True

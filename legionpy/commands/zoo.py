@@ -16,8 +16,8 @@ def _models(args) -> dict:
         rows.append({"name": name, "ops": len(graph.ops),
                      "parameters": int(graph.num_parameters()),
                      "batch_size": graph.batch_size})
-    lines = [f"{'model':<14}{'ops':>6}{'parameters':>14}{'batch':>7}"]
-    lines += [f"{r['name']:<14}{r['ops']:>6}{r['parameters']:>14,}{r['batch_size']:>7}"
+    lines = [f"{'model':<14}{'ops':>6}{'parameters':>16}{'batch':>7}"]
+    lines += [f"{r['name']:<14}{r['ops']:>6}{r['parameters']:>16,}{r['batch_size']:>7}"
               for r in rows]
     return {"text": "\n".join(lines), "models": rows}
 

@@ -13,9 +13,12 @@ from .fidelity import (
     FidelityResult,
     compare,
     measure_runtime,
+    optimizer_update_terms,
     predict,
+    predict_model,
     train_prediction,
 )
 
-__all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "train_prediction",
+__all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "predict_model",
+           "optimizer_update_terms", "train_prediction",
            "LOCAL_COST", "calibrate_layer_overhead", "calibrated_overhead", "runtime_overhead"]

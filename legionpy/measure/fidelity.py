@@ -32,13 +32,14 @@ from .. import models as zoo
 from .. import nn
 from .. import runtime as lr
 from ..mapper.resolve import resolve_strategy
+from ..optimizer.breakdown import breakdown, worst_term
 from ..optimizer.fidelity import RuntimeOverhead, relative_error, simulate_strategy
 from ..optimizer.machine import Machine
 from ..probe.overhead import background_cores, cpu_clock
 from ..runtime.mpi import allgather, bcast_root
 
-__all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "train_prediction",
-           "LOCAL_COST"]
+__all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "predict_model",
+           "train_prediction", "optimizer_update_terms", "LOCAL_COST"]
 
 #: the cost model of the local machine model's predictions (``simulate
 #: --compare``, ``legionpy train``, the benches): tile kernels timed on this
@@ -48,16 +49,21 @@ __all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "train_pre
 LOCAL_COST = "contended"
 
 def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, warmup: int = 2,
-                    seed: int = 0, sync: str | None = None) -> dict[str, Any]:
+                    seed: int = 0, sync: str | None = None,
+                    optimizer: Any = None) -> dict[str, Any]:
     """Compile ``model`` (an uncompiled ``nn.Model``) with ``strategy`` and
-    train ``warmup + steps`` batches in ONE ``fit`` call, as training runs
+    ``optimizer`` (default ``SGD(lr=1e-3)``; ``strategy`` None: ``model`` is
+    compiled already, as :func:`compare` does to predict from it) and train
+    ``warmup + steps`` batches in ONE ``fit`` call, as training runs
     (``fit`` launches step i+1 before waiting for step i, so the control
     thread's analysis overlaps the devices' work). ``on_step`` stamps the
     moment each step's loss arrives; the steady-state iteration time is the
     time from the end of the last warm-up step to the end of the last step,
     divided by ``steps`` (max over ranks). Returns ``{"measured_time_s",
     "measured_step_times_s" (the stamps' differences), "measured_per_device_busy_s"
-    (trace busy time inside that window, per step), "measured_control_cpu_s" (CPU
+    (trace busy time inside that window, per step), "measured_terms" (where the
+    window's time went per device and kind, per step:
+    :func:`~legionpy.optimizer.breakdown.breakdown`), "measured_control_cpu_s" (CPU
     seconds of the calling -- control -- thread per step: median step, max over
     ranks), "measured_background_cores" (cores other programs kept busy over
     the timed steps, :func:`~legionpy.probe.overhead.background_cores`),
@@ -65,8 +71,10 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     Collective under MPI."""
 
     rt = lr.get_runtime()
-    model.compile(optimizer=nn.SGD(lr=1e-3), loss="sparse_categorical_crossentropy",
-                  strategy=strategy, machine=machine, sync=sync)
+    if strategy is not None:
+        model.compile(optimizer=optimizer or nn.SGD(lr=1e-3),
+                      loss="sparse_categorical_crossentropy",
+                      strategy=strategy, machine=machine, sync=sync)
     b = model.batch_size
     warmup = max(1, warmup)
     total = warmup + steps
@@ -96,11 +104,23 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     period = (stamps[-1] - stamps[warmup - 1]) / steps
     lo, hi = stamps[warmup - 1] - rt.trace.t0, stamps[-1] - rt.trace.t0
     busy: dict[int, float] = {}
+    timeline: list[dict] = []  # this rank's records inside the window, clipped to it
     for r in recs:
-        if r["device"] is not None and r["kind"] in ("compute", "update"):
-            v = min(r["end"], hi) - max(r["start"], lo)
-            if v > 0:
-                busy[r["device"]] = busy.get(r["device"], 0.0) + v
+        a, z = max(r["start"], lo), min(r["end"], hi)
+        if r["device"] is not None and r["kind"] in ("compute", "update") and z > a:
+            busy[r["device"]] = busy.get(r["device"], 0.0) + z - a
+        if z < a or (z == a and r["kind"] != "fill"):
+            continue
+        if r.get("link") is not None:
+            row = "link " + "->".join("host" if int(m) < 0 else str(int(m)) for m in r["link"])
+        elif isinstance(r["device"], str):  # a collective's communicator, comm:0,1
+            row = r["device"]
+        elif r["device"] is not None:
+            row = f"dev {int(r['device'])}"
+        else:
+            continue
+        timeline.append({"row": row, "kind": r["kind"], "name": r["name"],
+                         "start_s": a - lo, "end_s": z - lo})
     names = {d.id: d.name for d in machine.devices}
     merged: dict[str, float] = {names.get(d, str(d)): 0.0 for d in names}
     for part in allgather(busy):
@@ -110,10 +130,19 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     all_times = allgather(times)
     bg = background_cores(clocks[0], clocks[-1]) if len(clocks) == 2 else None
     control_cpu = statistics.median(cpu[i] - cpu[i - 1] for i in range(warmup, total))
+    # each rank's own devices (a rank also records copies it sends to another's)
+    local = {f"dev {d.id}" for d in rt.devices if d.rank == rt.rank}
+    mine = {row: v for row, v in breakdown(timeline, period_s=hi - lo,
+                                           iterations=steps).items() if row in local}
+    terms: dict[str, dict[str, float]] = {}
+    for part in allgather(mine):
+        terms.update(part)
+    terms["control"] = {"control": max(allgather(control_cpu))}
     return {"measured_time_s": max(allgather(period)),
             "measured_control_cpu_s": max(allgather(control_cpu)),
             "measured_step_times_s": [max(ts) for ts in zip(*all_times)],
             "measured_per_device_busy_s": merged, "final_loss": float(h["step_loss"][-1]),
+            "measured_terms": terms,
             "measured_background_cores": bg}
 
 
@@ -161,6 +190,10 @@ class FidelityResult:
     background_cores: float | None = None
     loaded_time_s: float = 0.0
     loaded_relative_error: float = 0.0
+    #: where an iteration goes, ``{"sim": {row: {term: s}}, "real": ...}``
+    #: (:mod:`legionpy.optimizer.breakdown`), and the (row, term) missed most
+    terms: dict = field(default_factory=dict)
+    worst_term: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -176,16 +209,40 @@ def _strategy_label(spec: Any) -> str:
     return "given"
 
 
+def optimizer_update_terms(optimizer: Any) -> tuple[int, float]:
+    """``(update_fields, update_scale)`` of ``optimizer``'s update task for
+    :func:`~legionpy.optimizer.fidelity.simulate_with_runtime`: the region
+    fields it touches (weight, gradient and its state fields) and its kernel
+    relative to the cost model's update (plain SGD's ``w -= lr * g; g = 0``,
+    3 array passes), counted as the array passes its numpy ``update`` makes
+    (legionpy/nn/optimizers.py): momentum +3, Nesterov +2, weight decay +2,
+    Adam 14. None: plain SGD ``(2, 1.0)``."""
+    if optimizer is None:
+        return 2, 1.0
+    fields = 2 + len(getattr(optimizer, "fields", ()))
+    if type(optimizer).__name__ == "Adam":
+        passes = 14
+    else:
+        passes = 3 + (3 if getattr(optimizer, "momentum", 0) else 0) \
+            + (2 if getattr(optimizer, "nesterov", False) else 0)
+    passes += 2 if getattr(optimizer, "weight_decay", 0) else 0
+    return fields, passes / 3.0
+
+
 def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_COST,
             overhead: bool | RuntimeOverhead = True,
-            background_cores: float | None = None, sync: str = "shards") -> dict[str, Any]:
+            background_cores: float | None = None, sync: str = "shards",
+            optimizer: Any = None) -> dict[str, Any]:
     """The local machine model's prediction of one training iteration of
     ``graph`` under ``strategy`` (a Strategy): the simulator with ``cost``
     and this machine's cached :class:`RuntimeOverhead` (``overhead=True``),
     none (``False``) or given figures. The one prediction ``simulate
     --compare``, ``legionpy train`` and the benches print.
     ``background_cores``: predict for a machine where other programs keep
-    that many cores busy (:meth:`RuntimeOverhead.under_load`). Returns
+    that many cores busy (:meth:`RuntimeOverhead.under_load`); ``optimizer``:
+    the training's (:func:`optimizer_update_terms`; None: plain SGD). Use
+    :func:`predict_model` for a compiled model: it takes every input from
+    it. Returns
     :func:`~legionpy.optimizer.fidelity.simulate_strategy`'s dict (rank 0's
     on every rank; collective under MPI)."""
     from .calibration import runtime_overhead  # calibration trains through measure_runtime
@@ -205,7 +262,32 @@ def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_CO
         ovh = overhead
     if ovh is not None:
         ovh = ovh.under_load(background_cores)
-    return bcast_root(simulate_strategy(graph, machine, strategy, cost, ovh, sync=sync))
+    fields, uscale = optimizer_update_terms(optimizer)
+    return bcast_root(simulate_strategy(graph, machine, strategy, cost, ovh, sync=sync,
+                                        update_fields=fields, update_scale=uscale))
+
+
+def predict_model(model: Any, strategy: Any = None, background_cores: float | None = None,
+                  cost: Any = LOCAL_COST, overhead: bool | RuntimeOverhead = True,
+                  machine: Any = None) -> dict[str, Any]:
+    """THE local machine model's prediction for a compiled ``nn.Model``:
+    :func:`predict` with every input taken from the model -- its graph (so
+    its batch and scale), strategy (or ``strategy``), gradient sync and
+    optimizer -- on ``Machine.local()`` (this job's devices and ranks), with
+    ``cost`` (:data:`LOCAL_COST`) and this machine's cached overhead.
+    ``legionpy train`` (:func:`train_prediction`), ``simulate --compare``
+    (:func:`compare`) and the benches all predict through it, so one
+    configuration gets one number (issue 26). Collective under MPI."""
+    ex = getattr(model, "_ex", None)
+    if ex is None:
+        from ..errors import ModelError
+
+        raise ModelError(f"predict_model needs a compiled model, got an uncompiled "
+                         f"{type(model).__name__}: call model.compile(...) first")
+    return predict(model.graph, strategy if strategy is not None else model.strategy,
+                   machine or Machine.local(), cost, overhead,
+                   background_cores=background_cores, sync=ex.sync,
+                   optimizer=model.optimizer)
 
 
 def train_prediction(model: Any, measured_s: float,
@@ -220,13 +302,12 @@ def train_prediction(model: Any, measured_s: float,
     from ..optimizer import Strategy
 
     machine = Machine.local()
-    mine = predict(model.graph, model.strategy, machine)["iteration_time_s"]
+    mine = predict_model(model, machine=machine)["iteration_time_s"]
     data = Strategy.data_parallel(model.graph, machine)
-    dp = mine if data == model.strategy else predict(model.graph, data,
-                                                     machine)["iteration_time_s"]
-    loaded = predict(model.graph, model.strategy, machine,
-                     background_cores=background_cores)["iteration_time_s"] \
-        if background_cores else mine
+    dp = mine if data == model.strategy else predict_model(
+        model, data, machine=machine)["iteration_time_s"]
+    loaded = predict_model(model, background_cores=background_cores,
+                           machine=machine)["iteration_time_s"] if background_cores else mine
     return {"simulated_iteration_s": mine, "simulated_data_parallel_s": dp,
             "loaded_iteration_s": loaded, "background_cores": background_cores,
             "measured_iteration_s": measured_s,
@@ -249,19 +330,27 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
     :class:`RuntimeOverhead` of this machine (cached), False for the plain
     simulator, or given figures. Uses the current runtime (start
     it first, e.g. ``lp.init(cpus=2)``); collective under MPI, every rank
-    returns rank 0's simulation and the job's measurement."""
+    returns rank 0's simulation and the job's measurement. A zoo model is
+    built, compiled and trained as ``legionpy train`` does (its
+    :func:`~legionpy.models.training.default_optimizer`) and both predict
+    through :func:`predict_model`; a given ``nn.Model`` trains with
+    ``SGD(lr=1e-3)``."""
+    from ..models.training import default_optimizer
 
     name = model if isinstance(model, str) else getattr(model.graph, "name", "model")
     m = zoo.build(model, scale=scale, seed=seed, **(sizes or {})) if isinstance(model, str) \
         else model
     machine = machine or Machine.local()
     strat = resolve_strategy(strategy, m.graph, machine)
-    sim = predict(m.graph, strat, machine, cost, overhead, sync=sync)
-    real = measure_runtime(m, strat, machine, steps=steps, warmup=warmup, seed=seed, sync=sync)
+    opt = default_optimizer(model) if isinstance(model, str) else nn.SGD(lr=1e-3)
+    m.compile(optimizer=opt, loss="sparse_categorical_crossentropy", strategy=strat,
+              machine=machine, sync=sync)
+    sim = predict_model(m, cost=cost, overhead=overhead, machine=machine)
+    real = measure_runtime(m, None, machine, steps=steps, warmup=warmup, seed=seed)
     t_sim, t_real = sim["iteration_time_s"], real["measured_time_s"]
     bg = real.get("measured_background_cores")
-    t_load = predict(m.graph, strat, machine, cost, overhead, background_cores=bg,
-                     sync=sync)["iteration_time_s"] if bg else t_sim
+    t_load = predict_model(m, cost=cost, overhead=overhead, background_cores=bg,
+                           machine=machine)["iteration_time_s"] if bg else t_sim
     return FidelityResult(
         model=name, strategy=_strategy_label(strategy), machine=machine.name,
         cost_model=("measured on the GPU" if cost == "contended" and any(
@@ -275,7 +364,9 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
         kernel_time_s=sim["kernel_time_s"],
         kernel_relative_error=relative_error(sim["kernel_time_s"], t_real),
         bytes_moved=sim["bytes_moved"], num_tasks=sim["num_tasks"], overhead=sim["overhead"],
-        simulation={**{k: v for k, v in sim.items() if k not in ("per_device_busy_s",)},
+        simulation={**{k: v for k, v in sim.items() if k not in ("per_device_busy_s", "terms")},
                     "measured_control_cpu_s": real["measured_control_cpu_s"]},
         background_cores=bg, loaded_time_s=t_load,
-        loaded_relative_error=relative_error(t_load, t_real))
+        loaded_relative_error=relative_error(t_load, t_real),
+        terms={"sim": sim.get("terms", {}), "real": real["measured_terms"]},
+        worst_term=worst_term(sim.get("terms", {}), real["measured_terms"]))

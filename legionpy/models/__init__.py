@@ -28,11 +28,13 @@ from typing import Any
 from ..errors import GraphError
 from ..optimizer.graph import Graph
 from .cnn import build_alexnet, build_inception_v3, build_lenet, build_resnet101, build_vgg16
+from .gpt import CONFIGS as GPT_CONFIGS
+from .gpt import builder as gpt_builder
 from .rnn import build_nmt, build_rnnlm, build_rnntc
 from .transformer import build_transformer
 
 __all__ = ["ZooModel", "MODELS", "BUILDERS", "SMALL", "lenet", "alexnet", "vgg16",
-           "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt", "transformer", "build",
+           "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt", "transformer", "gpt2", "build",
            "graph", "sizes_for", "check_model", "is_onnx"]
 
 #: name -> (builder, the paper's batch size)
@@ -41,6 +43,8 @@ BUILDERS: dict[str, tuple[Callable, int]] = {
     "inception_v3": (build_inception_v3, 64), "resnet101": (build_resnet101, 64),
     "rnntc": (build_rnntc, 64), "rnnlm": (build_rnnlm, 64), "nmt": (build_nmt, 64),
     "transformer": (build_transformer, 64),
+    # GPT-2 small and the GPT-3 family (models/gpt.py); batch 8 sequences
+    **{name: (gpt_builder(name), 8) for name in GPT_CONFIGS},
 }
 
 #: sizes (and batch) of ``scale="small"``: each trains a step in well under a
@@ -60,6 +64,8 @@ SMALL: dict[str, dict[str, Any]] = {
     "nmt": {"batch_size": 16, "steps": 6, "hidden": 32, "layers": 1, "vocab": 16},
     "transformer": {"batch_size": 8, "seq": 8, "d_model": 32, "heads": 4, "ff": 64,
                     "layers": 2, "vocab": 32},
+    **{name: {"batch_size": 8, "seq": 8, "d_model": 32, "heads": 4, "layers": 2, "vocab": 32}
+       for name in GPT_CONFIGS},
 }
 
 
@@ -175,8 +181,11 @@ rnnlm = _maker("rnnlm")
 nmt = _maker("nmt")
 transformer = _maker("transformer")
 
+gpt2 = _maker("gpt2")
+
 MODELS = {f.__name__: f for f in (lenet, alexnet, vgg16, inception_v3, resnet101, rnntc,
-                                  rnnlm, nmt, transformer)}
+                                  rnnlm, nmt, transformer, gpt2)}
+MODELS.update({name: _maker(name) for name in GPT_CONFIGS if name != "gpt2"})
 
 
 def build(name: str, **kw: Any) -> Any:

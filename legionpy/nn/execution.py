@@ -72,11 +72,13 @@ import numpy as np
 
 from .. import runtime as lr
 from ..errors import ModelError
+from ..geometry import Rect
 from ..mapper import StrategyMapper, update_points, weight_tiles
 from ..ops.execute import Tile, check_tiling, loss_gradient, tile_backward, tile_forward
 from ..ops.kernels.common import like
+from ..pipeline import device_major, launch_order, micro_of, recomputes
 from ..regions import RW, WD, Partition, R, Reduce, Region
-from ..runtime import LaunchOptions, TaskFunction
+from ..runtime import FutureMap, LaunchOptions, TaskFunction
 from .init import initial_value
 from .losses import metric_sums
 
@@ -180,21 +182,48 @@ class OpPlan:
         self.cache: dict[int, dict] = {}
         self.buffers: dict = {}
         self.is_last = op is ex.graph.ops[-1]
+        #: pipelined (docs/pipeline.md): the colors of each micro-batch's points
+        self.micro: list[list] = []
+        #: per micro-batch: (F options, B options) naming each point by its
+        #: index in the op's config (the trace's ``launch``: ``F:op[k]``)
+        self.micro_opts: list[tuple] = []
+        pipe = ex.pipe
+        #: backward recomputes the forward's state (a recomputing stage)
+        self.recompute = pipe is not None and recomputes(ex.graph, pipe)[op.index]
+        if pipe is not None:
+            coarse = ex.strategy[op.name]
+            self.micro = [[] for _ in range(pipe.microbatches)]
+            for k, c in enumerate(self.colors):
+                self.micro[micro_of(op, coarse.degrees, cfg.degrees, k, red,
+                                    ex.pipe_major)].append(c)
         n = op.name
         self.f_opts = LaunchOptions(f"F({n})", "compute", (n, "F", ex.model_id))
         self.b_opts = LaunchOptions(f"B({n})", "compute", (n, "B", ex.model_id))
+        for cs in self.micro:
+            ks = tuple(self.index[c] for c in cs)
+            self.micro_opts.append((LaunchOptions(f"F({n})", "compute", (n, "F", ex.model_id), ks),
+                                    LaunchOptions(f"B({n})", "compute", (n, "B", ex.model_id), ks)))
         outw = WD("val") if red == 1 else Reduce("+", "val")
+        #: pipelined: every point also writes its device's element of the
+        #: schedule token, so each device's points depend on one another in
+        #: the schedule's order (the simulator's chain, docs/pipeline.md)
+        self.tok = None
+        tok = []
+        if pipe is not None:
+            self.tok = Partition.by_rects(ex.token, {c: Rect((d,), (d + 1,)) for c, d in
+                                                     zip(self.colors, cfg.devices)})
+            tok = [RW("t")]
         self.f_task = TaskFunction(self._forward, [outw] + [R("val")] * len(op.inputs)
-                                   + [R("w")] * len(self.pnames), name=f"F({n})")
+                                   + [R("w")] * len(self.pnames) + tok, name=f"F({n})")
         if op.has_backward:
             outp = R("val") if self.is_last else R("val", "grad") if red == 1 else R("grad")
             inp = [R("val") + Reduce("+", "grad") if nd else R("val") for nd in self.need]
             wp = [R("w") + Reduce("+", "g")] * len(self.pnames)
-            self.b_task = TaskFunction(self._backward, [outp] + inp + wp, name=f"B({n})")
+            self.b_task = TaskFunction(self._backward, [outp] + inp + wp + tok, name=f"B({n})")
         self.ex = ex
 
     def args(self) -> list:
-        return [self.out, *self.ins, *self.ws]
+        return [self.out, *self.ins, *self.ws] + ([self.tok] if self.tok is not None else [])
 
     def _tile(self, out: Any, views: tuple, k: int, fresh: bool, **kw: Any) -> Tile:
         nin = len(self.ins)
@@ -220,6 +249,8 @@ class OpPlan:
             out.val[...] = tile_forward(self.op, t)
         else:  # a partial sum into the zero-filled output
             out.val[...] += tile_forward(self.op, t)
+        if self.recompute and training:
+            t.cache.clear()  # backward recomputes it: only the output stays
         _throttle(self.cfg.devices[k], t0)
         return t.cache.pop("running", None)  # batch norm's batch statistics, if any
 
@@ -241,6 +272,8 @@ class OpPlan:
             return {"loss": 0.0} if self.is_last else None
         t0 = time.perf_counter()
         op, nin = self.op, len(self.ins)
+        if self.recompute:  # the forward again, for the state backward reads
+            tile_forward(op, self._tile(out, views, k, True, training=True, step=step))
         t = self._tile(out, views, k, False, step=step)
         y = out.val if self.red == 1 else None  # a reduce-split op never needs y
         result = None
@@ -318,6 +351,9 @@ class Executor:
         #: F FutureMaps of training steps whose statistics are not folded in.
         self.buffers: dict[str, dict] = {op.name: initial_buffers(op) for op in graph.ops
                                          if op.kind == "batch_norm"}
+        self.token: Region | None = None  # pipelines: the schedule token (OpPlan.tok)
+        self.input_pos = {op.name: j for j, op in
+                          enumerate(o for o in graph.ops if o.kind == "input")}
         self._stats: list[list] = []
         #: Stand-in mode (invariant 3, docs/taskgraph.md): ``{task name
         #: ("F:op[k]", "B:op[k]", "U:param[t]"): seconds}``; when set, each
@@ -340,21 +376,34 @@ class Executor:
         graph, model_id = self.graph, self.model_id
         self._store_flat()  # the previous strategy's flat replicas, if any
         self.strategy = strategy
+        #: a pipelined strategy runs its micro-batches as tiles (``run``) in
+        #: its schedule's launch order (docs/pipeline.md)
+        self.pipe = getattr(strategy, "pipeline", None)
+        run = self.run = strategy.micro(graph) if self.pipe is not None else strategy
+        self.pipe_major = self.pipe is not None and device_major(graph, strategy)
+        if self.pipe is not None and self.token is None:
+            self.token = Region((len(self.rt.devices),), {"t": np.int8}, name="pipeline-order")
+            self.token.write("t", np.zeros(len(self.rt.devices), np.int8))
         self.rt.invalidate_traces()  # new launches: the steps are recorded again
         self.csync = None
         if self.sync == "collective":
             from .sync import CollectiveSync
 
-            self.csync = CollectiveSync(self, strategy)
+            self.csync = CollectiveSync(self, run)
             self._flat_stale = True
-        self.plans = [OpPlan(self, op, strategy[op.name]) for op in graph.ops]
+        self.plans = [OpPlan(self, op, run[op.name]) for op in graph.ops]
+        self.stage_plans: list[list[OpPlan]] = []
+        if self.pipe is not None:
+            stage = self.pipe.stage_of(graph)
+            self.stage_plans = [[pl for pl in self.plans if stage[pl.op.index] == s]
+                                for s in range(self.pipe.num_stages)]
         for pl in self.plans:
             pl.buffers = self.buffers.get(pl.op.name, {})
         self.updates = []
         u_fields = ("w", "g", *self.opt.fields)
         sparse = {p.name for op in graph.ops if op.kind == "embedding"
                   for p in op.params.values()}
-        for name, tiles in ({} if self.csync else weight_tiles(graph, strategy)).items():
+        for name, tiles in ({} if self.csync else weight_tiles(graph, run)).items():
             part = Partition.by_rects(self._pregions[name], {(t,): r for t, (r, _) in
                                                             enumerate(update_points(tiles))})
             task = TaskFunction(self._update, [RW(*u_fields)], name=f"U({name})", kind="update")
@@ -370,8 +419,8 @@ class Executor:
         m = self.check_runtime().mapper
         if not isinstance(m, StrategyMapper):
             return
-        if m.strategies.get(self.model_id, (None, None))[1] is not self.strategy:
-            m.add(self.model_id, self.graph, self.strategy)
+        if m.strategies.get(self.model_id, (None, None))[1] is not self.run:
+            m.add(self.model_id, self.graph, self.run)
             self.rt.invalidate_traces()
         if self.csync is not None:  # U(b.g) point p on group position p
             m.table.update(self.csync.table)
@@ -436,24 +485,47 @@ class Executor:
 
     def _forward(self, inputs: list[dict], step: int, training: bool) -> None:
         """F launches; in training, batch norm's F results (its batch
-        statistics) are kept for :meth:`fold_running_stats`."""
+        statistics) are kept for :meth:`fold_running_stats`. A pipeline's
+        forward alone (inference) runs micro-batch by micro-batch."""
+        self._fill_partial()
+        stats: list = []
+        if self.pipe is None:
+            for pl in self.plans:
+                self._launch_f(pl, None, inputs, step, training, stats)
+        else:
+            for s, what, j in launch_order(self.pipe.num_stages, self.pipe.microbatches,
+                                           self.pipe.schedule):
+                if what == "F":
+                    for pl in self.stage_plans[s]:
+                        self._launch_f(pl, j, inputs, step, training, stats)
+        if stats:
+            self._stats.append(stats)
+
+    def _fill_partial(self) -> None:
         for pl in self.plans:
             if pl.red > 1:  # partial sums (a split reduction dim) accumulate from zero
                 lr.fill(self.regions[pl.op.name], "val", 0.0)
-        j, stats = 0, []
-        for pl in self.plans:
-            # the step seeds dropout only: other tasks get a constant, so a CUDA
-            # graph that captured them stays valid (runtime/graphs.py)
-            kw: dict = {"step": step if pl.op.kind == "dropout" else 0, "training": training}
-            if pl.op.kind == "input":
-                kw["data"] = inputs[j]
-                j += 1
-            fm = lr.index_launch(pl.f_task, pl.colors, *pl.args(), launch_options=pl.f_opts,
-                                 **kw)
-            if training and pl.op.kind == "batch_norm":
-                stats.append((pl.op, fm))
-        if stats:
-            self._stats.append(stats)
+
+    def _launch_f(self, pl: OpPlan, j: int | None, inputs: list[dict], step: int,
+                  training: bool, stats: list) -> None:
+        """F of op ``pl`` (micro-batch ``j`` of a pipeline; None: every point)."""
+        # the step seeds dropout only: other tasks get a constant, so a CUDA
+        # graph that captured them stays valid (runtime/graphs.py)
+        kw: dict = {"step": step if pl.op.kind == "dropout" else 0, "training": training}
+        if pl.op.kind == "input":
+            kw["data"] = inputs[self.input_pos[pl.op.name]]
+        colors, opts = (pl.colors, pl.f_opts) if j is None else (pl.micro[j], pl.micro_opts[j][0])
+        fm = lr.index_launch(pl.f_task, colors, *pl.args(), launch_options=opts, **kw)
+        if training and pl.op.kind == "batch_norm":
+            stats.append((pl.op, fm))
+
+    def _launch_b(self, pl: OpPlan, j: int | None, target: np.ndarray) -> Any:
+        """B of op ``pl`` (micro-batch ``j`` of a pipeline; None: every point)."""
+        kw: dict = {"step": 0}  # B reads dropout's mask from F's cache, not the step
+        if pl.is_last:
+            kw["target"] = target
+        colors, opts = (pl.colors, pl.b_opts) if j is None else (pl.micro[j], pl.micro_opts[j][1])
+        return lr.index_launch(pl.b_task, colors, *pl.args(), launch_options=opts, **kw)
 
     def fold_running_stats(self, keep: int = 0) -> None:
         """Update batch norm's running statistics with the batch statistics of
@@ -488,18 +560,33 @@ class Executor:
         for pl in self.plans:
             if pl.op.kind != "input":
                 lr.fill(self.regions[pl.op.name], "grad", 0.0)
-        self._forward(inputs, step, True)
-        fm = None
-        for pl in reversed(self.plans):
-            if not pl.op.has_backward:
-                continue
-            kw: dict = {"step": 0}  # B reads dropout's mask from F's cache, not the step
-            if pl.is_last:
-                kw["target"] = target
-            f = lr.index_launch(pl.b_task, pl.colors, *pl.args(), launch_options=pl.b_opts,
-                                **kw)
-            if pl.is_last:
-                fm = f
+        if self.pipe is None:
+            self._forward(inputs, step, True)
+            fm = None
+            for pl in reversed(self.plans):
+                if pl.op.has_backward:
+                    f = self._launch_b(pl, None, target)
+                    if pl.is_last:
+                        fm = f
+        else:  # docs/pipeline.md: units in the schedule's launch order
+            self._fill_partial()
+            stats: list = []
+            losses = []
+            for s, what, j in launch_order(self.pipe.num_stages, self.pipe.microbatches,
+                                           self.pipe.schedule):
+                if what == "F":
+                    for pl in self.stage_plans[s]:
+                        self._launch_f(pl, j, inputs, step, True, stats)
+                    continue
+                for pl in reversed(self.stage_plans[s]):
+                    if pl.op.has_backward:
+                        f = self._launch_b(pl, j, target)
+                        if pl.is_last:
+                            losses.append(f)
+            if stats:
+                self._stats.append(stats)
+            fm = FutureMap([c for f in losses for c in f.colors],
+                           [f[c] for f in losses for c in f.colors]) if losses else None
         t = step + 1 if self.opt.uses_step else 1  # SGD: graph-capturable updates
         for part, task, opts, sparse in self.updates:
             lr.index_launch(task, part.colors, part, t, sparse, opts.tag[0],

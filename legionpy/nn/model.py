@@ -39,7 +39,7 @@ LAYERS = ("input", "conv2d", "pool2d", "dense", "flat", "reshape", "relu", "sigm
           "gelu", "batch_norm", "dropout", "concat", "add", "multiply", "softmax", "embedding",
           "batch_matmul", "lstm", "attention", "layer_norm", "transpose", "slice", "scale",
           "add_bias", "positional_encoding", "multihead_attention", "unary", "binary",
-          "reduce", "pad", "cast", "gather")
+          "reduce", "pad", "cast", "gather", "tied_dense")
 _ids = itertools.count()
 
 
@@ -156,7 +156,9 @@ class Model:
             elif planned is None or c != planned[op.name]:
                 answered.append(op.name)
             configs[op.name] = c
-        s = Strategy(configs, self.graph.name, machine.name)
+        # the planned strategy's pipeline (stages, micro-batches) stays with its configs
+        s = Strategy(configs, self.graph.name, machine.name,
+                     getattr(planned, "pipeline", None))
         if planned is not None and s == planned:
             return planned
         try:

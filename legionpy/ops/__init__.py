@@ -28,14 +28,14 @@ from .layers import (
     Softmax,
     Tanh,
 )
-from .recurrent import Attention, Embedding, LSTMCell
+from .recurrent import Attention, Embedding, LSTMCell, TiedDense
 from .sequence import AddBias, LayerNorm, PositionalEncoding, Scale, Slice, Transpose
 
 __all__ = [
     "REGISTRY", "Operator", "Parameter", "TensorRef", "op_class", "register",
     "Add", "BatchMatmul", "BatchNorm", "Concat", "Conv2D", "Dense", "Dropout", "Flat",
     "Gelu", "Input", "Multiply", "Pool2D", "Relu", "Reshape", "Sigmoid", "Softmax",
-    "Tanh", "Attention", "Embedding", "LSTMCell", "AddBias", "LayerNorm",
+    "Tanh", "Attention", "Embedding", "LSTMCell", "TiedDense", "AddBias", "LayerNorm",
     "PositionalEncoding", "Scale", "Slice", "Transpose", "Unary", "Binary", "Reduce", "Pad",
     "Cast", "Gather",
 ]

@@ -224,6 +224,26 @@ class _Dense:
         return [None if dx is None else dx.reshape(x.shape)], dws
 
 
+@tile_kernel("tied_dense")
+class _TiedDense:
+    """``y = x @ W.T`` over the tile's vocabulary rows of the tied table."""
+
+    @staticmethod
+    def forward(op, t):
+        x = t.xs[0]
+        return K.dense_forward(x.reshape(-1, x.shape[-1]), t.ws["weight"].T).reshape(
+            t.out.shape)
+
+    @staticmethod
+    def backward(op, t, y, dy):
+        x = t.xs[0]
+        n = x.shape[-1]
+        dz = dy.reshape(-1, dy.shape[-1])
+        dx, dwt, _ = K.dense_backward(dz, x.reshape(-1, n), t.ws["weight"].T, False,
+                                      t.need(0))
+        return [None if dx is None else dx.reshape(x.shape)], {"weight": dwt.T}
+
+
 @tile_kernel("relu", "sigmoid", "tanh", "gelu")
 class _Unary:
     @staticmethod

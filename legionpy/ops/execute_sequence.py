@@ -10,6 +10,7 @@ import numpy as np
 
 from . import kernels as K
 from .execute import tile_kernel
+from .kernels.common import array_module
 
 
 @tile_kernel("layer_norm")
@@ -30,11 +31,13 @@ class _LayerNorm:
 class _Transpose:
     @staticmethod
     def forward(op, t):
-        return np.ascontiguousarray(np.transpose(t.xs[0], op.attrs["perm"]))
+        x = t.xs[0]
+        xp = array_module(x)  # the tile's device: CuPy refuses np.ascontiguousarray
+        return xp.ascontiguousarray(xp.transpose(x, op.attrs["perm"]))
 
     @staticmethod
     def backward(op, t, y, dy):
-        return [np.transpose(dy, np.argsort(op.attrs["perm"]))], {}
+        return [array_module(dy).transpose(dy, np.argsort(op.attrs["perm"]).tolist())], {}
 
 
 @tile_kernel("slice")

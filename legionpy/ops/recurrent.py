@@ -37,7 +37,7 @@ from ..errors import GraphError
 from ..geometry import Rect
 from .base import Operator, reduce_part, register, replace_dim
 
-__all__ = ["Embedding", "LSTMCell", "Attention"]
+__all__ = ["TiedDense", "Embedding", "LSTMCell", "Attention"]
 
 
 @register
@@ -78,6 +78,52 @@ class Embedding(Operator):
     def bytes(self, out):
         b = 2.0 * out.volume * self.itemsize
         return b, 2.0 * b
+
+
+@register
+class TiedDense(Operator):
+    """The output projection tied to an embedding (Press & Wolf, "Using the
+    Output Embedding to Improve Language Models", EACL 2017; GPT-2):
+    ``y = x @ weight.T`` with ``weight`` the embedding's (vocab, dim) table,
+    shared (``share=`` the embedding). An output-feature (vocabulary) tile
+    reads the table's rows, so the search splits the vocabulary like a
+    dense layer's units; both uses reduce into the one parameter's gradient."""
+
+    kind = "tied_dense"
+
+    def infer_shape(self):
+        return self.inputs[0].shape[:-1] + (self.attrs["vocab"],)
+
+    def infer_dims(self):
+        n = len(self.output_shape)
+        return ("sample",) + ("attribute",) * (n - 2) + ("parameter",)
+
+    def make_params(self):
+        return {"weight": ((self.attrs["vocab"], self.inputs[0].shape[-1]),
+                           {"kind": "normal", "std": 0.05})}
+
+    def input_rect(self, i, out):
+        return Rect(out.lo[:-1] + (0,), out.hi[:-1] + (self.inputs[0].shape[-1],))
+
+    def weight_rect(self, pname, out):
+        return Rect((out.lo[-1], 0), (out.hi[-1], self.inputs[0].shape[-1]))
+
+    def reduce_extent(self):
+        """The input features (the table's columns): slice ``r`` computes
+        ``x[..., slice] @ W[:, slice].T``, the output is their sum (no bias,
+        so every slice is alike; tests/runtime/test_gpt_tied.py)."""
+        return self.inputs[0].shape[-1]
+
+    def part_input_rect(self, i, out, r=0, n=1):
+        q = self.input_rect(i, out)
+        return reduce_part(q, q.ndim - 1, self.inputs[0].shape[-1], r, n)
+
+    def part_weight_rect(self, pname, out, r=0, n=1):
+        return reduce_part(self.weight_rect(pname, out), 1, self.inputs[0].shape[-1], r, n)
+
+    def flops(self, out):
+        f = 2.0 * out.volume * self.inputs[0].shape[-1]
+        return f, 2.0 * f
 
 
 @register

@@ -194,7 +194,7 @@ def bucket_block(tg, b: int, cfgs, ext, pack_key, min_duration: float):
                         contrib.extend(tg.grad_ready(op.index, k))
             tiles.append((t, t.users, float(t.rect.volume * item), param, contrib,
                           t.rect.volume))
-    L = 2 * tg.P + len(tg.params) + b
+    L = tg.nl + len(tg.params) + b
     rows, edges, info = [], [], {}
     slots = tg.optimizer_slots
     machine = tg.machine

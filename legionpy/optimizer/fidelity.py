@@ -51,6 +51,17 @@ cost model is ``"contended"`` (kernels profiled with the other devices
 busy). The figures are cached per machine in
 ``$LEGIONPY_CACHE/overhead-v4-MACHINE.json``.
 
+The interpreter lock is also a scheduled resource (issue 26), one per
+process (``control_threads`` processes, devices numbered rank-major): a
+task holds its process's lock for its worker overhead, the first
+``gil_kernel_s`` of its kernel (numpy's dispatch; its loops release the
+lock; measured by :func:`legionpy.probe.overhead.measure_lock_hold`) and,
+pipelined, the control thread's launch of it; a task waits for the lock
+before it starts. Without it two devices in one process were predicted to
+overlap their Python work, which they cannot: per-time-step RNN tasks and
+small data-parallel steps came out 20-50% low. ``gil_kernel_s`` None turns
+the lock schedule off (only the ``gil_bound_s`` bound remains).
+
 :func:`kendall_tau` is Kendall's tau-b (ties handled), for the rank order
 of strategies in ``bench/fidelity.py``.
 
@@ -67,6 +78,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
+
+from .breakdown import breakdown, sim_timeline
 
 __all__ = ["RuntimeOverhead", "simulate_with_runtime", "simulate_strategy", "kendall_tau",
            "relative_error", "requirement_counts"]
@@ -136,6 +149,12 @@ class RuntimeOverhead:
     cores: float = 0
     #: control threads on this host (ranks of the job)
     control_threads: int = 1
+    #: the interpreter lock as a scheduled resource (one per process; with
+    #: ``cores``): a task holds it for its worker overhead, at most this many
+    #: seconds of its kernel (numpy's dispatch around the loops that release
+    #: it) and, pipelined, the control thread's launch of it. None: no lock
+    #: schedule (only the ``gil_bound_s`` bound)
+    gil_kernel_s: float | None = None
     #: "layer-api" (calibrated on synthetic models) or "empty-tasks"
     source: str = "empty-tasks"
     machine: str = ""
@@ -183,6 +202,12 @@ class RuntimeOverhead:
 _NAME = re.compile(r"^(?P<phase>[A-Za-z]+):(?P<what>[^\[@]+)(?:\[(?P<k>[^\]]*)\])?")
 
 
+def _op_name(what: str, ops: Any) -> str:
+    """The op a task name's ``what`` part names: the whole of it when an op
+    is called that (RNN cells are ``lstm0.t3``), else its part before a dot."""
+    return what if what in ops else what.split(".")[0]
+
+
 def _issue_keys(tasks: list[dict], preds: list[list[int]], succs: list[list[int]],
                 op_index: dict[str, int], param_index: dict[str, int]) -> list[tuple]:
     """A sort key per task giving the runtime's launch order (module doc).
@@ -197,7 +222,7 @@ def _issue_keys(tasks: list[dict], preds: list[list[int]], succs: list[list[int]
             keys[tid] = (3, 0, tid, 0)
             continue
         phase, what = m.group("phase"), m.group("what")
-        base = what.split(".")[0]
+        base = _op_name(what, op_index)
         if phase == "F" and base in op_index:
             keys[tid] = (0, op_index[base], tid, 1)
         elif phase == "B" and base in op_index:
@@ -232,7 +257,7 @@ def requirement_counts(tasks: list[dict], graph: Any, update_fields: int) -> lis
     out = []
     for t in tasks:
         m = _NAME.match(t["name"]) if t["kind"] != "copy" else None
-        op = ops.get(m.group("what").split(".")[0]) if m is not None else None
+        op = ops.get(_op_name(m.group("what"), ops)) if m is not None else None
         if m is None:
             out.append(0 if t["kind"] == "copy" else 1)
         elif m.group("phase") == "U":
@@ -264,7 +289,7 @@ def _kernel_scales(tasks: list[dict], graph: Any, overhead: RuntimeOverhead) -> 
         if m is not None and m.group("phase") == "U":
             out.append(overhead.scale_for(overhead.intensity_mem))
             continue
-        op = ops.get(m.group("what").split(".")[0]) if m is not None else None
+        op = ops.get(_op_name(m.group("what"), ops)) if m is not None else None
         if op is None:
             out.append(overhead.scale_for(None))
             continue
@@ -282,7 +307,8 @@ def _kernel_scales(tasks: list[dict], graph: Any, overhead: RuntimeOverhead) -> 
 
 
 def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any = None,
-                          pipelined: bool = False, update_fields: int = 2) -> dict[str, Any]:
+                          pipelined: bool = False, update_fields: int = 2,
+                          update_scale: float = 1.0) -> dict[str, Any]:
     """Re-schedule a simulator task graph (``TaskGraph.to_json()``: tasks with
     ``duration_s`` and ``device``, ``deps``) with ``overhead`` (module doc).
     ``graph``: the operator graph, for the launch order and each task's
@@ -292,7 +318,11 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     the devices: the iteration takes the longer of the control thread's
     work and the devices' schedule (tasks ready when their inputs are, the
     control thread's issue times dropped). Otherwise (one step, then wait)
-    every task also waits for its issue. Returns ``{"iteration_time_s",
+    every task also waits for its issue. ``update_fields``: region fields an
+    update task reads and writes (weight, gradient and the optimizer's
+    state); ``update_scale``: the optimizer's update kernel relative to the
+    cost model's (plain SGD's; Adam makes ~4.7x the array passes,
+    :func:`legionpy.measure.fidelity.optimizer_update_terms`). Returns ``{"iteration_time_s",
     "per_device_busy_s", "control_busy_s", "schedule_s"}``."""
     tasks = taskgraph["tasks"]
     n = len(tasks)
@@ -318,6 +348,10 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
         clock += overhead.copy_launch_s if is_copy else overhead.control_s(reqs[tid])
         issued[tid] = clock
     scale = _kernel_scales(tasks, graph, overhead)
+    if update_scale != 1.0:
+        for i, t in enumerate(tasks):
+            if t["kind"] != "copy" and t["name"].startswith("U:"):
+                scale[i] *= update_scale
     dur = [t["duration_s"] + overhead.copy_s if t["kind"] == "copy"
            else t["duration_s"] * scale[i] + overhead.worker_s(reqs[i])
            for i, t in enumerate(tasks)]
@@ -329,10 +363,28 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     busy: dict[str, float] = {}
     end = [0.0] * n
     done = 0
+    # the interpreter lock as a scheduled resource, one per process (issue 26)
+    locks = overhead.gil_kernel_s is not None and overhead.cores > 0
+    proc = _processes(tasks, overhead.control_threads) if locks else {}
+    held: dict[int, float] = {}  # when each process's lock is next free
+    wait = [0.0] * n  # seconds a task waited for its lock
     while heap:
         r, i = heapq.heappop(heap)
         res = tasks[i]["device"]
         start = max(r, free.get(res, 0.0))
+        if locks and res in proc:
+            # the task's Python work -- its worker overhead, the part of its
+            # kernel numpy runs holding the lock and, pipelined, the control
+            # thread's issue of the next step's same task -- holds its
+            # process's lock; the rest of the kernel runs beside it
+            p = proc[res]
+            kern = tasks[i]["duration_s"] * scale[i]
+            hold = (dur[i] - kern) + min(kern, overhead.gil_kernel_s) \
+                + (overhead.control_s(reqs[i]) if pipelined else 0.0)
+            at = max(start, held.get(p, 0.0))
+            wait[i] = at - start
+            held[p] = at + hold
+            start = at
         end[i] = start + dur[i]
         free[res] = end[i]
         busy[res] = busy.get(res, 0.0) + dur[i]
@@ -361,12 +413,24 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     it, gil = it * slow, gil * slow
     return {"iteration_time_s": max(it, cpu, gil), "gil_bound_s": gil,
             "per_device_busy_s": {d: busy.get(d, 0.0) for d in sorted(devices)},
-            "control_busy_s": clock, "schedule_s": sched, "cpu_bound_s": cpu}
+            "control_busy_s": clock, "schedule_s": sched, "cpu_bound_s": cpu,
+            "task_start_s": [end[i] - dur[i] for i in range(n)], "task_end_s": end,
+            "lock_wait_s": sum(wait)}
+
+
+def _processes(tasks: list[dict], control_threads: int) -> dict[str, int]:
+    """Device name -> the process (rank) it lives in: devices are numbered
+    rank-major (runtime/devices.py), ``control_threads`` ranks on this host."""
+    names = sorted({t["device"] for t in tasks if t["kind"] != "copy"},
+                   key=lambda d: (len(re.sub(r"\D", "", d)), re.sub(r"\D", "", d), d))
+    per = max(1, -(-len(names) // max(1, control_threads)))
+    return {d: k // per for k, d in enumerate(names)}
 
 
 def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any = "measured",
                       overhead: RuntimeOverhead | None = None, pipelined: bool = True,
-                      sync: str = "shards") -> dict[str, Any]:
+                      sync: str = "shards", update_fields: int = 2,
+                      update_scale: float = 1.0) -> dict[str, Any]:
     """Simulate one iteration; ``cost_model``: a CostModel, a ``--cost``
     spec, or ``"contended"`` (tile kernels timed with every other device of
     the machine running the same kernel, :class:`~legionpy.optimizer.calibration.
@@ -374,8 +438,12 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
     Returns the simulator's ``SimResult.to_dict()`` plus
     ``kernel_time_s`` (the plain simulator's iteration time); with
     ``overhead``, ``iteration_time_s`` and ``per_device_busy_s`` are those
-    of :func:`simulate_with_runtime` and ``overhead`` is recorded. ``sync``:
-    the gradient synchronisation simulated (docs/seam.md)."""
+    of :func:`simulate_with_runtime` and ``overhead`` is recorded; ``terms``:
+    where the iteration goes, per device and kind
+    (:func:`~legionpy.optimizer.breakdown.breakdown`). ``sync``:
+    the gradient synchronisation simulated (docs/seam.md); ``update_fields``,
+    ``update_scale``: the optimizer's update (:func:`simulate_with_runtime`;
+    with ``overhead`` only)."""
     from .costmodel import CostModel, cost_model_from_spec
     from .simulator import Simulator
 
@@ -394,9 +462,16 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
     out = res.to_dict()
     out["kernel_time_s"] = res.iteration_time_s
     out["kernel_per_device_busy_s"] = dict(res.per_device_busy_s)
+    rows = {d.name: f"dev {d.id}" for d in machine.devices}
+    tg = sim.tg.to_json(include_times=True)
+    out["terms"] = breakdown(sim_timeline(tg, [t["start_s"] for t in tg["tasks"]],
+                                          [t["end_s"] for t in tg["tasks"]], rows),
+                             period_s=res.iteration_time_s)
     if overhead is not None and not overhead.is_zero:
-        tg = sim.tg.to_json(include_times=False)
-        r = simulate_with_runtime(tg, overhead, graph, pipelined=pipelined)
+        r = simulate_with_runtime(tg, overhead, graph, pipelined=pipelined,
+                                  update_fields=update_fields, update_scale=update_scale)
+        out["terms"] = breakdown(sim_timeline(tg, r["task_start_s"], r["task_end_s"], rows),
+                                 period_s=r["iteration_time_s"], control_s=r["control_busy_s"])
         out["iteration_time_s"] = r["iteration_time_s"]
         out["per_device_busy_s"] = {d: r["per_device_busy_s"].get(d, 0.0)
                                     for d in res.per_device_busy_s}

@@ -215,6 +215,13 @@ class Graph:
         return self._make(O.BatchMatmul, "batch_matmul", [a, b], name,
                           transpose_b=bool(transpose_b))
 
+    def tied_dense(self, x, embedding, name: str | None = None) -> TensorRef:
+        """``x @ E.T``: the output projection sharing ``embedding``'s (vocab,
+        dim) table (a ref or op of :meth:`embedding`)."""
+        op = embedding.op if isinstance(embedding, TensorRef) else embedding
+        return self._make(O.TiedDense, "tied_dense", [x], name, embedding,
+                          vocab=int(op.attrs["vocab"]))
+
     def layer_norm(self, x, eps: float = 1e-5, name: str | None = None) -> TensorRef:
         """Layer normalisation over the last dim (params gamma, beta)."""
         return self._make(O.LayerNorm, "layer_norm", [x], name, eps=float(eps))

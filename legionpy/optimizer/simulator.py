@@ -146,7 +146,9 @@ class Simulator:
         simulated strategy and re-simulate what that changes."""
         if self.tg.strategy is None:
             raise StrategyError("delta() needs a previous run(); simulate a strategy first")
-        if self.tg.sym is not None:  # a symmetric graph: node 0's tasks only
+        if self.tg.sym is not None or self.tg.pipe is not None:
+            # a symmetric graph (node 0's tasks only) or a pipeline (its chains
+            # join every op's tasks): simulate the new strategy whole
             return self.run(self.tg.strategy.with_config(op_name, config))
         new, new_hint, pend, checks = self.tg.change(op_name, config)
         tg = self.tg

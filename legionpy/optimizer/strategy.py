@@ -26,6 +26,14 @@ from dataclasses import dataclass
 
 from ..atomic import atomic_write_json as _atomic_write_json
 from ..errors import StrategyError
+from ..pipeline import (
+    Pipeline,
+    cut_points,
+    device_major,
+    expand_config,
+    max_microbatches,
+    segment_cuts,
+)
 
 __all__ = ["ParallelConfig", "Strategy", "atomic_write_json", "largest_divisor",
            "megatron_pairs"]
@@ -148,12 +156,21 @@ class ParallelConfig:
 
 
 class Strategy(Mapping[str, ParallelConfig]):
-    """A config per op name; a read-only mapping plus ``with_config``."""
+    """A config per op name; a read-only mapping plus ``with_config``.
+
+    ``pipeline`` (a :class:`legionpy.pipeline.Pipeline`, or None): stages,
+    their device blocks, micro-batches and schedule (docs/pipeline.md); the
+    per-op configs then give each stage's data/tensor degrees inside its
+    block, and :meth:`micro` the configs both halves run (micro-batches as
+    tiles). On the class, ``Strategy.pipeline(graph, machine, ...)`` builds
+    the even-cut pipeline baseline."""
 
     def __init__(self, configs: Mapping[str, ParallelConfig], model: str | None = None,
-                 machine: str | None = None) -> None:
+                 machine: str | None = None, pipeline: Pipeline | None = None) -> None:
         self._configs = dict(configs)
         self.model, self.machine = model, machine
+        self.pipeline = pipeline  # an instance attribute: shadows the classmethod
+        self._micro: Strategy | None = None
 
     def __getitem__(self, name: str) -> ParallelConfig:
         try:
@@ -168,18 +185,23 @@ class Strategy(Mapping[str, ParallelConfig]):
         return len(self._configs)
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, Strategy) and self._configs == other._configs
+        return (isinstance(other, Strategy) and self._configs == other._configs
+                and self.pipeline == other.pipeline)
 
     def __hash__(self) -> int:
-        return hash(tuple(sorted(self._configs.items())))
+        return hash((tuple(sorted(self._configs.items())), self.pipeline))
 
     def with_config(self, name: str, config: ParallelConfig) -> Strategy:
         c = dict(self._configs)
         c[name] = config
-        return Strategy(c, self.model, self.machine)
+        return Strategy(c, self.model, self.machine, self.pipeline)
+
+    def with_pipeline(self, pipeline: Pipeline | None) -> Strategy:
+        return Strategy(self._configs, self.model, self.machine, pipeline)
 
     def validate(self, graph, machine) -> None:
-        """Every op configured, every config valid, no config for unknown ops."""
+        """Every op configured, every config valid, no config for unknown ops;
+        a pipeline's stages, micro-batches and schedule valid."""
         for name in self._configs:
             if name not in graph:
                 raise StrategyError(f"the strategy has a config for op {name!r}, which graph "
@@ -188,11 +210,31 @@ class Strategy(Mapping[str, ParallelConfig]):
             if op.name not in self._configs:
                 raise StrategyError(f"the strategy has no config for op {op.name!r}")
             self._configs[op.name].validate(op, machine)
+        if self.pipeline is not None:
+            self.pipeline.validate(graph, self._configs, machine.num_devices)
+
+    def micro(self, graph) -> Strategy:
+        """The configs both halves run: without a pipeline, ``self``; with
+        one, every op's sample degree times the micro-batch count, the
+        devices repeated (:func:`legionpy.pipeline.expand_config`), and no
+        ``pipeline`` (the caller keeps ``self.pipeline``: the schedule)."""
+        if self.pipeline is None:
+            return self
+        if self._micro is None:
+            m = self.pipeline.microbatches
+            major = device_major(graph, self)
+            self._micro = Strategy({op.name: ParallelConfig(*expand_config(op, self[op.name], m,
+                                                                           major))
+                                    for op in graph.ops}, self.model, self.machine)
+        return self._micro
 
     # -- JSON ------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {"ops": {k: c.to_dict() for k, c in self._configs.items()},
-                "model": self.model, "machine": self.machine}
+        d = {"ops": {k: c.to_dict() for k, c in self._configs.items()},
+             "model": self.model, "machine": self.machine}
+        if self.pipeline is not None:
+            d["pipeline"] = self.pipeline.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping, graph=None) -> Strategy:
@@ -203,7 +245,9 @@ class Strategy(Mapping[str, ParallelConfig]):
             ndim = len(graph.op(name).output_shape) if graph is not None and name in graph \
                 else None
             configs[name] = ParallelConfig.from_dict(c, ndim, name)
-        return cls(configs, d.get("model"), d.get("machine"))
+        pipe = d.get("pipeline")
+        return cls(configs, d.get("model"), d.get("machine"),
+                   None if pipe is None else Pipeline.from_dict(pipe))
 
     def save(self, path: str) -> None:
         atomic_write_json(path, self.to_dict())
@@ -328,6 +372,55 @@ class Strategy(Mapping[str, ParallelConfig]):
         return cls(out, graph.name, machine.name)
 
     @classmethod
+    def pipeline(cls, graph, machine, stages: int | None = None,  # noqa: F811
+                 microbatches: int | None = None, schedule: str = "1f1b",
+                 recompute=()) -> Strategy:
+        """The even-cut pipeline baseline (docs/pipeline.md): ``stages``
+        (default: the machine's nodes, or its devices on one node) contiguous
+        ranges of graph order, starting where one tensor crosses
+        (:func:`legionpy.pipeline.cut_points`), with about equal simulated
+        compute (the default cost model on device 0), stage ``s`` on the ``s``-th equal
+        block of devices, data parallel inside it, ``microbatches`` (default:
+        the largest divisor of the batch <= 4 x stages that leaves every
+        device of a block a sample, and at most
+        :func:`legionpy.pipeline.max_microbatches`) under ``schedule``."""
+        from .costmodel import default_cost_model
+
+        D = machine.num_devices
+        S = stages or (machine.num_nodes if machine.num_nodes > 1 else D)
+        S = min(S, len(graph.ops))
+        if S < 1 or D % S:
+            raise StrategyError(f"{S} pipeline stages do not divide the machine's {D} "
+                                "devices into equal blocks")
+        per = D // S
+        blocks = [tuple(range(s * per, (s + 1) * per)) for s in range(S)]
+        batch = graph.batch_size
+        if microbatches is None:
+            top = min(4 * S, max_microbatches(graph, per))
+            ok = [m for m in range(1, top + 1) if batch % m == 0 and batch // m >= per]
+            microbatches = max(ok) if ok else 1
+        cost, spec = default_cost_model(machine), machine.devices[0]
+        weights = []
+        for op in graph.ops:
+            f, b = cost.op_time(op, op.output_rect, spec)
+            weights.append(f + (b if op.has_backward else 0.0))
+        cuts = segment_cuts(weights, S, cut_points(graph))
+        ops = graph.ops
+        out = {}
+        for s, (a, z) in enumerate(cuts):
+            for op in ops[a:z + 1]:
+                nd = len(op.output_shape)
+                sd = list(op.dims).index("sample") if "sample" in op.dims else None
+                if sd is None or batch % microbatches:
+                    out[op.name] = ParallelConfig.single(nd, blocks[s][0])
+                    continue
+                k = largest_divisor(op.output_shape[sd] // microbatches, per)
+                out[op.name] = ParallelConfig.along(nd, sd, k, blocks[s][:k])
+        pipe = Pipeline(tuple((ops[a].name, ops[z].name) for a, z in cuts), tuple(blocks),
+                        microbatches, schedule, tuple(recompute))
+        return cls(out, graph.name, machine.name, pipe)
+
+    @classmethod
     def megatron(cls, graph, machine, num_devices: int | None = None) -> Strategy:
         """Megatron-LM's tensor parallelism for MLP blocks (Shoeybi et al. 2019,
         section 3): in every :func:`megatron_pairs` pair the first dense layer is
@@ -379,4 +472,4 @@ def split_first(op, labels, devs) -> ParallelConfig:
 
 #: strategy names a user can type -> Strategy constructor
 NAMED = {"data": "data_parallel", "model": "model_parallel", "owt": "owt", "expert": "expert",
-         "megatron": "megatron", "hybrid": "hybrid"}
+         "megatron": "megatron", "hybrid": "hybrid", "pipeline": "pipeline"}

@@ -75,6 +75,7 @@ import numpy as np
 from .. import collectives
 from ..errors import StrategyError
 from ..geometry import Rect, block_bound, block_bounds
+from ..pipeline import device_chains, device_major, in_flight, launch_order, micro_of, recomputes
 from ..placement import param_tiles, update_points
 from ..regions.coherence import FieldState, Piece, Request, choose_source
 from . import simkernels as K
@@ -175,9 +176,9 @@ def _slack(own: dict, reads: list, tasks: list, item: int) -> dict:
     for r, d in reads:
         rects.setdefault(d, []).append(r)
     counted = {d: float(sum(r.volume for r in rs) * item) for d, rs in own.items()}
-    for t in tasks:
+    for t in tasks:  # the copies' rects (their bytes: a pipeline scales their memory)
         if t[3] == COPY and t[6]:
-            counted[t[5]] = counted.get(t[5], 0.0) + t[6]
+            counted[t[5]] = counted.get(t[5], 0.0) + t[4]
     out = {}
     for d, rs in rects.items():
         box = rs[0]
@@ -312,6 +313,16 @@ class TaskGraph:
         self._bfree: list = []  # free rows of _bmax
         self.live_edges: dict = {}
         self.strategy = None
+        #: the pipeline of the strategy held (docs/pipeline.md), else None;
+        #: ``_mfac[o]`` / ``_recomp[o]``: its activation-memory factor (the
+        #: schedule's micro-batches in flight over ``m``) and whether op
+        #: ``o``'s stage recomputes its forward in backward
+        self.pipe = None
+        #: F and B launches per step (``2P``; pipelined ``2 P m``): U of
+        #: parameter ``w`` is launch ``nl + w``, bucket ``b`` ``nl + W + b``
+        self.nl = 2 * self.P
+        self._mfac: list = []
+        self._recomp: list = []
         self._alloc(1024, 2048)
 
     # -- pools -------------------------------------------------------------
@@ -661,7 +672,6 @@ class TaskGraph:
 
     def _op_block(self, o: int, cfg) -> _Block:
         op = self.graph.ops[o]
-        P = self.P
         tasks, edges = [], []
         red = cfg.reduce
         for k, (tile, _) in enumerate(self.points(o, cfg)[:self.rep_points(o, cfg)]):
@@ -669,14 +679,20 @@ class TaskGraph:
             spec = self.machine.devices[dev]
             out_b = float(tile.volume * op.itemsize)
             if op.kind == "input":
-                tasks.append((pack_key(o, 0, k), self.cost.load_time(out_b, spec), dev, LOAD,
+                tasks.append((pack_key(self.lf(o, k), 0, k), self.cost.load_time(out_b, spec), dev,
+                              LOAD,
                               out_b, dev, out_b, -1))
                 continue
             f, b = self.cost.op_time(op, tile, spec)
             f, b = f / red, b / red  # one slice of the reduction dim
-            tasks.append((pack_key(o, 0, k), f, dev, F_, out_b, dev, 2 * out_b, -1))
+            mem = 2 * out_b
+            if self.pipe is not None:  # docs/pipeline.md: micro-batches in flight
+                mem *= self._mfac[o]
+                if self._recomp[o]:
+                    b += f  # the forward again, inside the backward task
+            tasks.append((pack_key(self.lf(o, k), 0, k), f, dev, F_, out_b, dev, mem, -1))
             if op.has_backward:
-                tasks.append((pack_key(2 * P - 1 - o, 0, k), b, dev, B_, out_b, dev, 0.0, -1))
+                tasks.append((pack_key(self.lb(o, k), 0, k), b, dev, B_, out_b, dev, 0.0, -1))
                 edges.append((len(tasks) - 2, len(tasks) - 1))
         return _Block(tasks, edges)
 
@@ -697,8 +713,11 @@ class TaskGraph:
             if blk is not None:
                 return blk
         rp = self.rep_points(p, cp)
-        reads = [(need, dev, _ext(c, 0, k), pack_key(c, 1, k, 1 + i))
+        reads = [(need, dev, _ext(c, 0, k), pack_key(self.lf(c, k), 1, k, 1 + i))
                  for c, k, dev, i, need in self._needs_of(prod, cons)]  # forward reads
+        # received activations are kept for backward: pipelined, for the
+        # micro-batches the consumers' stage holds (docs/pipeline.md)
+        mf = 1.0 if self.pipe is None else max((self._mfac[c] for c, _ in cons), default=1.0)
         tmem: dict = {}  # reduction and staging buffers (docs/memory.md)
         if cp.reduce > 1:  # F(p, (k, r)) reduce into the zero-filled output
             st = FieldState.filled(prod.output_rect, 0)
@@ -707,17 +726,17 @@ class TaskGraph:
                 st = _reduce(st, Request(t, "reduce", cp.devices[j], _ext(p, 0, j), "+",
                                          (p, j, -1)), bufs)
             for r, dev, opc, key0 in reads:
-                st = self._access(st, Request(r, "read", dev, opc), key0, item, 1, tasks,
+                st = self._access(st, Request(r, "read", dev, opc), key0, item, mf, tasks,
                                   edges, cmap, tmem)
             _buffer_bytes(bufs, item, tmem)
         elif self.fast_reads:
             self._fast_reads([[t.lo, t.hi, t, {cp.devices[j]: _ext(p, 0, j)}, cp.devices[j]]
-                              for j, t in enumerate(tiles)], reads, item, 1, tasks, edges)
+                              for j, t in enumerate(tiles)], reads, item, mf, tasks, edges)
         else:
             st = FieldState([Piece(t, {cp.devices[j]: _ext(p, 0, j)}, owner=cp.devices[j])
                              for j, t in enumerate(tiles)])
             for r, dev, opc, key0 in reads:
-                st = self._access(st, Request(r, "read", dev, opc), key0, item, 1, tasks,
+                st = self._access(st, Request(r, "read", dev, opc), key0, item, mf, tasks,
                                   edges, cmap)
         if prod.has_backward and p != P - 1:
             st = FieldState.filled(prod.output_rect, 0)
@@ -729,11 +748,14 @@ class TaskGraph:
             gmem: dict = {}
             for j, (t, _) in enumerate(self.points(p, cp)[:rp]):  # B(p, j) reads its grad tile
                 st = self._access(st, Request(t, "read", cp.devices[j], _ext(p, 1, j)),
-                                  pack_key(2 * P - 1 - p, 1, j, 0), item, 0, tasks, edges,
+                                  pack_key(self.lb(p, j), 1, j, 0), item, 0, tasks, edges,
                                   cmap, gmem)
             _buffer_bytes(gbufs, item, gmem)
             for d, b in gmem.items():  # forward and backward buffers are never live together
                 tmem[d] = max(tmem.get(d, 0.0), b)
+        if self.pipe is not None:  # buffers of one micro-batch at a time
+            m = self.pipe.microbatches
+            tmem = {d: b / m for d, b in tmem.items()}
         own: dict = {}
         for j, (t, _) in enumerate(self.points(p, cp)[:rp]):
             own.setdefault(cp.devices[j], []).append(t)
@@ -766,8 +788,10 @@ class TaskGraph:
             bwd.append(ops[c].has_backward)
         tmem: dict = {}
         if prod.has_backward and p != P - 1 and any(bwd):  # one local buffer per tile
+            # (pipelined: those of one micro-batch at a time)
+            share = 1.0 if self.pipe is None else 1.0 / self.pipe.microbatches
             for t, d in zip(tiles[:self.rep_points(p, cp)], cp.devices):
-                tmem[d] = tmem.get(d, 0.0) + float(t.volume * prod.itemsize)
+                tmem[d] = tmem.get(d, 0.0) + float(t.volume * prod.itemsize) * share
         ks = np.arange(self.rep_points(p, cp))
         e = [np.zeros((0, 2), np.int64)]
         for (c, _), m, hb in zip(cons, fwd, bwd):
@@ -778,7 +802,7 @@ class TaskGraph:
 
     def _param_block(self, w: int, cfgs) -> _Block:
         param = self.params[w]
-        ops, P = self.graph.ops, self.P
+        ops = self.graph.ops
         uses = [(ops[q], pname, cfg) for (q, pname), cfg in zip(self.users[w], cfgs)]
         wtiles = param_tiles(param.name, uses)
         item = np.dtype(param.dtype).itemsize
@@ -800,7 +824,7 @@ class TaskGraph:
                     r = op.part_weight_rect(pname, tile, j, cfg.reduce)
                     if r.empty:
                         continue
-                    reads.append((r, dev, _ext(q, 0, k), pack_key(q, 1, k, pos)))
+                    reads.append((r, dev, _ext(q, 0, k), pack_key(self.lf(q, k), 1, k, pos)))
         reducers = []  # backward reductions into g, in launch order
         for q, pn, cfg in reversed(groups):
             op = ops[q]
@@ -812,7 +836,7 @@ class TaskGraph:
                     r = op.part_weight_rect(pname, tile, j, cfg.reduce)
                     if not r.empty:
                         reducers.append((r, dev, _ext(q, 1, k), (q, k, pname)))
-        L = 2 * P + w
+        L = self.nl + w
         points = update_points(wtiles)
         updates = []
         for t, (r, home) in enumerate(points):
@@ -926,7 +950,7 @@ class TaskGraph:
             cfgs = tuple(s[ops[q].name] for q, _ in self.bucket_uses[bid[1]])
         else:
             cfgs = tuple(s[ops[q].name] for q, _ in self.users[bid[1]])
-        ck = (bid, cfgs, self.sym)
+        ck = (bid, cfgs, self.sym, self.pipe)
         blk = self._blocks.get(ck)
         if blk is None:
             if bid[0] == "op":
@@ -982,6 +1006,12 @@ class TaskGraph:
         """Record the slots of the F / B tasks among ``keys`` (op blocks)."""
         kk = keys // (16 * 4096 * 128)
         k, L = kk % 65536, kk // 65536 // 2
+        if self.pipe is not None:  # launch index -> (role, op)
+            role, o = self._lrole[L], self._lop[L]
+            f = role == 0
+            self.fslot[o[f], k[f]] = slots[f]
+            self.bslot[o[~f], k[~f]] = slots[~f]
+            return
         P = self.P
         f = L < P
         self.fslot[L[f], k[f]] = slots[f]
@@ -1026,6 +1056,60 @@ class TaskGraph:
             self.free_t[self.nfree_t:self.nfree_t + len(ids)] = ids[::-1]
             self.nfree_t += len(ids)
 
+    # -- pipelines (docs/pipeline.md) -----------------------------------------------------
+    def _pipe_factors(self) -> None:
+        """Per op: activation memory held under the schedule (micro-batches
+        in flight / m; a recomputing stage holds one micro-batch's interior
+        activations and its boundary output for those in flight) and
+        whether its backward recomputes the forward."""
+        pipe, g = self.pipe, self.graph
+        stage = pipe.stage_of(g)
+        p, m = pipe.num_stages, pipe.microbatches
+        self._recomp = recomputes(g, pipe)
+        self._mfac = [1.0 / m if rec else in_flight(stage[op.index], p, m, pipe.schedule) / m
+                      for op, rec in zip(g.ops, self._recomp)]
+
+    def _pipe_launches(self, coarse, micro) -> None:
+        """The launch index of every (role, op, micro-batch), in the order the
+        runtime issues them (nn/execution.py: the schedule's program order,
+        a unit's ops in graph order for F, reverse for B), and each fine
+        point's micro-batch."""
+        pipe, g = self.pipe, self.graph
+        stage = pipe.stage_of(g)
+        by_stage: list[list] = [[] for _ in range(pipe.num_stages)]
+        for op in g.ops:
+            by_stage[stage[op.index]].append(op)
+        m = pipe.microbatches
+        self._lidx = ([[0] * m for _ in g.ops], [[0] * m for _ in g.ops])
+        lrole, lop = [], []
+        for s, what, j in launch_order(pipe.num_stages, m, pipe.schedule):
+            role = 0 if what == "F" else 1
+            for op in (by_stage[s] if role == 0 else reversed(by_stage[s])):
+                if role == 1 and not op.has_backward:
+                    continue
+                self._lidx[role][op.index][j] = len(lrole)
+                lrole.append(role)
+                lop.append(op.index)
+        self.nl = len(lrole)
+        self._lrole, self._lop = np.array(lrole, np.int64), np.array(lop, np.int64)
+        self._mb = []
+        major = device_major(g, coarse)
+        for op in g.ops:
+            c, f = coarse[op.name], micro[op.name]
+            self._mb.append([micro_of(op, c.degrees, f.degrees, k, f.reduce, major)
+                             for k in range(len(f.devices))])
+
+    def _chain_block(self, micro) -> _Block:
+        """Edges only: every device's pipelined forward/backward points in
+        the schedule's order (:func:`legionpy.pipeline.device_chains`)."""
+        coarse = self.strategy
+        chains = device_chains(self.graph, self.pipe, coarse, micro)
+        edges = []
+        for seq in chains.values():
+            codes = [_ext(o, role, k) for role, o, k in seq]
+            edges += list(zip(codes[:-1], codes[1:]))
+        return _Block([], edges)
+
     # -- public ------------------------------------------------------------------------
     def build(self, strategy) -> None:
         """Make the whole task graph for ``strategy`` (validated) in fresh pools:
@@ -1034,6 +1118,13 @@ class TaskGraph:
         strategy.validate(self.graph, self.machine)
         self.strategy = strategy
         self.sym = None
+        self.pipe = strategy.pipeline
+        self.nl = 2 * self.P
+        if self.pipe is not None:  # micro-batches as tiles, chained in schedule order
+            micro = strategy.micro(self.graph)
+            self._pipe_factors()
+            self._pipe_launches(strategy, micro)
+            return self._build(micro)
         if (self.symmetry and self.sync == "collective" and self._classes is not None
                 and symmetric_blocks(self.graph, strategy, *self._classes)):
             self.sym = self._classes
@@ -1052,6 +1143,9 @@ class TaskGraph:
         else:
             bids += [("param", w) for w in range(len(self.params))]
         blks = [self._make_block(b, strategy) for b in bids]
+        if self.pipe is not None:
+            bids.append(("pipeline", 0))
+            blks.append(self._chain_block(strategy))
         nt = np.array([len(b.key) for b in blks], np.int64)
         ne = np.array([len(b.esrc) for b in blks], np.int64)
         toff = np.concatenate([[0], np.cumsum(nt)])
@@ -1145,19 +1239,13 @@ class TaskGraph:
         ``U:b<bucket>.<group>[p]``, ``AG:b<bucket>.<group>``."""
         key = int(self.key[slot])
         L, part, k, arg, c, hop = unpack_key(key)
-        ops, P = self.graph.ops, self.P
-        if L >= 2 * P + len(self.params):
-            b = L - 2 * P - len(self.params)
+        if L >= self.nl + len(self.params):
+            b = L - self.nl - len(self.params)
             info = self.coll_info.get(key)
             if info is not None:
                 return f"{'RS' if info[0] == 'reduce_scatter' else 'AG'}:b{b}.{arg}"
             return f"U:b{b}.{arg}[{k - 1}]"
-        if L < P:
-            task = f"F:{ops[L].name}[{k}]"
-        elif L < 2 * P:
-            task = f"B:{ops[2 * P - 1 - L].name}[{k}]"
-        else:
-            task = f"U:{self.params[L - 2 * P].name}[{k}]"
+        task = self.task_name_of(L, k)
         if not part:
             return task
         e = int(self.ends[slot])
@@ -1170,11 +1258,23 @@ class TaskGraph:
 
     def task_name_of(self, L: int, k: int) -> str:
         ops, P = self.graph.ops, self.P
+        if L >= self.nl:
+            return f"U:{self.params[L - self.nl].name}[{k}]"
+        if self.pipe is not None:
+            return f"{'FB'[self._lrole[L]]}:{ops[self._lop[L]].name}[{k}]"
         if L < P:
             return f"F:{ops[L].name}[{k}]"
-        if L < 2 * P:
-            return f"B:{ops[2 * P - 1 - L].name}[{k}]"
-        return f"U:{self.params[L - 2 * P].name}[{k}]"
+        return f"B:{ops[2 * P - 1 - L].name}[{k}]"
+
+    # -- launch indices (the key's L: the runtime's launch order) ---------------------
+    def lf(self, o: int, k: int) -> int:
+        """Launch index of ``F(o, k)``: ``o``; pipelined, the position of its
+        micro-batch's launch in the schedule's program order."""
+        return o if self.pipe is None else self._lidx[0][o][self._mb[o][k]]
+
+    def lb(self, o: int, k: int) -> int:
+        """Launch index of ``B(o, k)``: ``2P - 1 - o``; pipelined, as :meth:`lf`."""
+        return 2 * self.P - 1 - o if self.pipe is None else self._lidx[1][o][self._mb[o][k]]
 
     def to_json(self, include_times: bool = False) -> dict:
         """DESIGN.md's ``--taskgraph`` format; ids are positions in key order."""

@@ -13,6 +13,12 @@ simulator, and never runs a task).
   (so with its worker threads, BLAS limits and MPI ranks as in training);
   the ratios of the median kernel times are ``kernel_scale`` /
   ``kernel_scale_mem``;
+* :func:`measure_lock_hold`: how long a numpy tile kernel holds the
+  interpreter lock (``RuntimeOverhead.gil_kernel_s``, issue 26): small
+  dense-layer kernels of growing size run on one thread, then on two at
+  once; the seconds the second thread adds to each call are the part the
+  lock serialises (all of a small kernel, none of a large one's loops);
+  the largest such part is the cap;
 * :func:`cpu_clock` / :func:`background_cores`: the machine's busy
   CPU-seconds from ``/proc/stat`` less this job's, over the wall time.
 
@@ -36,8 +42,8 @@ from ..runtime import LaunchOptions, TaskFunction
 from ..runtime.mpi import allgather, bcast_root
 from .machine import local_machine
 
-__all__ = ["measure_runtime_overhead", "measure_kernel_concurrency", "cpu_clock",
-           "background_cores"]
+__all__ = ["measure_runtime_overhead", "measure_kernel_concurrency", "measure_lock_hold",
+           "cpu_clock", "background_cores"]
 
 
 def measure_runtime_overhead(launches: int = 120, tile_rows: int = 16) -> RuntimeOverhead:
@@ -182,6 +188,100 @@ def measure_kernel_concurrency(n: int = 320, elems: int = 1_000_000,
                    intensity_compute=2.0 * n ** 3 / (3 * n * n * 4),  # flop / byte
                    intensity_mem=1.0 / 8)  # one op per float read and written
     return bcast_root(figures)
+
+
+def _dense_tile(batch: int, width: int) -> Any:
+    """A dense layer's forward and backward at (batch, width), numpy only."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, width)).astype(np.float32)
+    w = rng.standard_normal((width, width)).astype(np.float32)
+    b = np.zeros(width, np.float32)
+    dy = rng.standard_normal((batch, width)).astype(np.float32)
+
+    def kernel() -> None:
+        y = x @ w
+        y += b
+        np.maximum(y, 0, out=y)
+        g = dy * (y > 0)
+        g @ w.T, x.T @ g, g.sum(0)
+
+    return kernel
+
+
+def _per_call(threads: int, batch: int, width: int, seconds: float) -> float:
+    """Mean seconds per kernel call with ``threads`` threads calling at once."""
+    probe = _dense_tile(batch, width)
+    t = time.perf_counter()
+    probe()
+    probe()
+    n = max(5, int(seconds / max((time.perf_counter() - t) / 2, 1e-7)))
+    out = [0.0] * threads
+    gate = threading.Barrier(threads)
+
+    def body(j: int) -> None:
+        k = _dense_tile(batch, width)
+        k()
+        gate.wait()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            k()
+        out[j] = (time.perf_counter() - t0) / n
+
+    ts = [threading.Thread(target=body, args=(j,)) for j in range(threads)]
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join()
+    return sum(out) / threads
+
+
+#: ``gil_kernel_s`` where :func:`measure_lock_hold` cannot see the lock
+#: (under 1.5 free cores): 29 us, measured on the project's 2-core machine
+#: with ~0.3 cores used by other programs (issue 26)
+DEFAULT_GIL_KERNEL_S = 29e-6
+
+
+def measure_lock_hold(sizes: tuple = ((16, 32), (16, 128), (32, 256), (64, 256)),
+                      seconds: float = 0.08, reps: int = 2) -> dict[str, float]:
+    """Seconds of a tile kernel the interpreter lock serialises (module doc):
+    per size, what two threads add per call beyond what sharing the free
+    cores explains (``one * max(1, 2 / (cores - background))``, the
+    background measured meanwhile; at most one call's time; best of
+    ``reps``); ``gil_kernel_s`` is the largest. With under 1.5 free cores the
+    lock cannot be told from the load: ``gil_kernel_s`` is then
+    :data:`DEFAULT_GIL_KERNEL_S` and ``lock_measured`` False. Plain threads, no
+    runtime; collective under MPI (rank 0 measures)."""
+    held = {}
+    bg = None
+    if lr.get_runtime().rank == 0:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else (os.cpu_count() or 1)
+        for batch, width in sizes:
+            c0 = cpu_clock()
+            one = min(_per_call(1, batch, width, seconds) for _ in range(reps))
+            two = min(_per_call(2, batch, width, seconds) for _ in range(reps))
+            b = _background(c0, cpu_clock())
+            bg = b if bg is None else max(bg, b or 0.0)
+            # two threads with no lock take max(1, 2 / free cores) times one's time
+            free = max(1.0, cores - (b or 0.0))
+            fair = one * max(1.0, 2.0 / free)
+            held[f"{batch}x{width}"] = (one, min(one, max(0.0, two - fair)))
+    measured = max((h for _, h in held.values()), default=0.0)
+    # under 1.5 free cores two threads cannot run at once whatever the lock
+    # does: the probe cannot see it, so the figure measured on this 2-core
+    # machine with its cores free stands in (and says so)
+    blind = bool(held) and cores - (bg or 0.0) < 1.5
+    figures = {"gil_kernel_s": DEFAULT_GIL_KERNEL_S if blind else measured,
+               "lock_hold": {k: {"alone_s": a, "held_s": h} for k, (a, h) in held.items()},
+               "lock_background_cores": bg, "lock_measured": not blind}
+    return bcast_root(figures)
+
+
+def _background(start: tuple | None, end: tuple | None) -> float | None:
+    """:func:`background_cores` of one process (not collective)."""
+    if start is None or end is None or end[0] <= start[0]:
+        return None
+    return max(0.0, ((end[1] - start[1]) - (end[2] - start[2])) / (end[0] - start[0]))
 
 
 def cpu_clock() -> tuple[float, float, float] | None:

@@ -529,6 +529,10 @@ class Runtime:
         futs_pos = futs_pos or None
         new_req = RegionRequirement.__new__
         point = self._point
+        pids = options.points
+        if pids is not None and len(pids) != len(domain):
+            raise LaunchError(f"index launch of {task.name!r}: LaunchOptions.points has "
+                              f"{len(pids)} entries for {len(domain)} colors")
         futs = []
         for k, color in enumerate(domain):
             a = args
@@ -552,7 +556,7 @@ class Runtime:
                         req.fields = fields
                         reqs.append(req)
             futs.append(point(task, base + k, seq, a, kwargs, rargs, reqs, futs_pos, options,
-                              color, k, domain, where[color]))
+                              color, k if pids is None else pids[k], domain, where[color]))
         return FutureMap(domain, futs)
 
     # -- fills, reads, writes, fences -----------------------------------------------------

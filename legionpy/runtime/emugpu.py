@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DeviceError
+from ..ops.kernels.activation import erfc as host_erfc
 from . import emurace
 from .emugraph import host_sync as _sync
 from .emurace import Buf, Event, Stream, current_stream
@@ -561,6 +562,8 @@ class _Xp:
     asnumpy = staticmethod(_asnumpy)
     as_strided = staticmethod(_as_strided)
     get_array_module = staticmethod(lambda *a: xp)
+    #: ``cupyx.scipy.special.erfc`` (numpy has none: numba's on the host copy)
+    erfc = staticmethod(lambda a: _call(host_erfc, (a,), {}, "xp.erfc"))
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(np, name)

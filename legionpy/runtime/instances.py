@@ -159,6 +159,10 @@ class Instances:
         self.dead: set = set()
         self.abandoned: set = set()
         self.read_events: dict[Any, list] = {}  # GPU buffers: events of earlier consumers
+        #: GPU buffers grown by a later reducer (a pipeline's next micro-batch
+        #: reducing beyond the buffer): the event after the grow kernels, which
+        #: every reader of the buffer waits on (it may run on another stream)
+        self.grow_events: dict[Any, Any] = {}
         #: while a trace records: ``({buffer: consumers planned}, {dead buffers})``
         self.log: tuple[dict, set] | None = None
 
@@ -297,6 +301,9 @@ class Instances:
                     from . import gpu
                     with gpu.on_array(grown):
                         grown[brect.to_slices(bb.lo)] = buf
+                        ev = gpu.backend().Event()
+                        ev.record(gpu.backend().current_stream())
+                    self.grow_events[key] = ev
                 else:
                     grown[brect.to_slices(bb.lo)] = buf
                 self._account(memory, grown.nbytes - buf.nbytes, "reduction")
@@ -329,13 +336,26 @@ class Instances:
 
     def reduction_part(self, key: Any, rect: Rect) -> Any:
         """``rect`` (root coordinates) of the reduction buffer ``key``."""
-        buf, brect = self.redbufs[key]
+        buf, brect = self.buffer(key)
         return buf[rect.to_slices(brect.lo)]
+
+    def buffer(self, key: Any) -> tuple[Any, Rect]:
+        """``(array, rect)`` of reduction buffer ``key`` for a reader (a copy
+        or fold, on its worker): on a GPU, its stream first waits on the
+        kernels that grew the buffer, when a later reducer did (the reader's
+        dependences order it after its own reducers only)."""
+        got = self.redbufs[key]
+        ev = self.grow_events.get(key)
+        if ev is not None:
+            from . import gpu
+            gpu.backend().current_stream().wait_event(ev)
+        return got
 
     def _drop_buffer(self, key: Any) -> None:
         """Buffer ``key`` is dead: its array goes to the pool of its memory
         (in use -> reserved), where a later buffer of that shape takes it."""
         got = self.redbufs.pop(key, None)
+        self.grow_events.pop(key, None)
         if got is not None:
             mem = self.redmem.pop(key, -1)
             buf = got[0]
@@ -427,7 +447,7 @@ class Instances:
                 else:
                     dst[...] = src
         else:
-            buf, brect = self.redbufs[c.buffer]
+            buf, brect = self.buffer(c.buffer)
             for r in c.rects:
                 self.stage((c.id, r), buf[r.to_slices(brect.lo)], c.dst)
             self.consumed(c.buffer)

@@ -37,11 +37,16 @@ KINDS = ("compute", "update", "collective")
 @dataclass(frozen=True, slots=True)
 class LaunchOptions:
     """Per-launch ``name`` (trace name; default the task's), ``kind``
-    (compute | update | collective: runtime/collectives.py) and an opaque ``tag`` for the mapper."""
+    (compute | update | collective: runtime/collectives.py), an opaque ``tag``
+    for the mapper, and ``points``: when a launch covers some of a larger
+    launch space's points (a pipeline's micro-batch, docs/pipeline.md), the
+    index of each domain color in that space (the trace's ``launch`` field,
+    which names the point task ``F:op[k]``); default the domain position."""
 
     name: str | None = None
     kind: str = "compute"
     tag: Any = None
+    points: tuple | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

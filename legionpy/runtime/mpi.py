@@ -258,13 +258,14 @@ class Cluster:
                 continue
             out = []
             for i, o in zip(ids, ops):
-                if o is None:
+                if g != gen:
+                    out.append((False, f"rank {self.rank} was asked for op {i} of an earlier "
+                                       f"runtime (generation {g}, now {gen}: "
+                                       "legionpy.runtime.init): ranks diverged"))
+                elif o is None:
                     out.append((False, f"rank {self.rank} has no task op {i} to send to rank "
                                        f"{src}: the ranks run different programs, or the "
                                        "Future was dropped on the rank that ran it"))
-                elif g != gen:
-                    out.append((False, f"rank {self.rank} was asked for op {i} of an earlier "
-                                       "runtime (legionpy.runtime.init): ranks diverged"))
                 elif o.state == 3:
                     out.append((False, str(o.error)))
                 else:

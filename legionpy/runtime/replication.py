@@ -152,7 +152,7 @@ class Replicator:
         flattened parts, concatenated in ``c.rects`` order)."""
         inst = self.rt.instances
         if c.buffer is not None:
-            buf, brect = inst.redbufs[c.buffer]
+            buf, brect = inst.buffer(c.buffer)
             origin = brect.lo
         else:
             buf = inst.instance(c.src, root, field)

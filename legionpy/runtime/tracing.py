@@ -563,8 +563,12 @@ class Tracer:
                 continue
             batch.append((op, deps))
         rt.sched.submit_many(batch)
-        if repl is not None:
-            repl.launched = rec.base + self.delta + rec.count
+        if repl is not None and item.hi > item.lo:
+            # ops up to this item's are registered (kept for other ranks'
+            # Future requests); the trace's later ops are not yet: a request
+            # for one waits (it was answered "no task op" when this said the
+            # whole trace, and the loss Future of a rank that ran ahead failed)
+            repl.launched = max(repl.launched, max(op.id for op in cur[item.lo:item.hi]) + 1)
         rt.sched.executor.drain()
 
     def _replay_launch(self, item: Item, domain: list | None, args: tuple,

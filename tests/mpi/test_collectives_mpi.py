@@ -21,10 +21,7 @@ def test_collective_ops(n, cpus):
     assert out.stdout.count("OK collective ops rank") == n, out.stdout
 
 
-@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.xfail(
-    reason="known bug, open: on 4 ranks the data-parallel collective run sometimes fails "
-           "fetching a loss Future ('rank r has no task op N to send'); hybrid and random "
-           "pass, 2 ranks pass", strict=False))])
+@pytest.mark.parametrize("n", [2, 4])
 def test_training_collective_equals_shards(n):
     out = run_mpi(n, [PROG, "train"], timeout=150,
                   env={"LEGIONPY_CPUS": "1", "LEGIONPY_MPI_TIMEOUT": "60"})

@@ -6,6 +6,14 @@ import legionpy.runtime as lr
 
 
 @pytest.fixture
+def rt1():
+    """A fresh runtime with one CPU device; shut down afterwards."""
+    rt = lr.init(cpus=1)
+    yield rt
+    lr.shutdown()
+
+
+@pytest.fixture
 def rt4():
     """A fresh threaded runtime with 4 CPU devices; shut down afterwards."""
     rt = lr.init(cpus=4, executor="threads")

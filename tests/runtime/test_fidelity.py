@@ -153,6 +153,13 @@ def test_simulate_compare_json(cache, capsys):
         abs(out["iteration_time_s"] - out["measured_time_s"]) / out["measured_time_s"])
     assert set(out["measured_per_device_busy_s"]) == set(out["per_device_busy_s"])
     assert (cache / "costs.json").exists()
+    # where the iteration goes, both sides, per device and kind (issue 26)
+    for side in ("sim", "real"):
+        terms = out["terms"][side]
+        assert set(terms) == {"dev 0", "dev 1", "control"}
+        assert set(terms["dev 0"]) == {"compute", "copy", "update", "fill", "idle"}
+        assert terms["dev 0"]["compute"] > 0 and terms["control"]["control"] > 0
+    assert out["worst_term"]["term"] in ("compute", "copy", "update", "fill", "control")
 
 
 def test_compare_needs_the_local_machine(capsys):
@@ -272,6 +279,7 @@ def test_layer_api_calibration_on_synthetic_models(rt2, cache):
     assert rows[1]["tasks"] > rows[0]["tasks"]
     assert min(figs[k] for k in ("step_s", "launch_s", "req_launch_s", "copy_launch_s",
                                  "task_s", "req_task_s")) >= 0
+    assert len(figs["taskgraphs"]) == 2  # for the copy term's fit
     c = measure_kernel_concurrency(n=64, elems=10_000, reps=2)
     assert c["kernel_scale"] >= 1 and c["kernel_scale_mem"] >= 1
     assert c["intensity_compute"] > c["intensity_mem"] > 0
@@ -289,3 +297,211 @@ def test_simulate_compare_collective_sync(cache, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["measured_time_s"] > 0 and out["iteration_time_s"] > 0
     assert set(out["measured_per_device_busy_s"]) == set(out["per_device_busy_s"])
+
+
+# -- one prediction (issue 26 item 2) ----------------------------------------------------------
+
+def _seed_overhead(cache) -> None:
+    """Fixed machine-model figures in the private cache, so neither command
+    calibrates (the comparison is of predictions, deterministic given them)."""
+    import os
+
+    ovh = RuntimeOverhead(launch_s=2e-5, copy_launch_s=5e-6, task_s=5e-5, step_s=1e-4,
+                          cores=2, source="layer-api", machine="local:2")
+    os.makedirs(cache, exist_ok=True)
+    (cache / "overhead-v4-local_2.json").write_text(json.dumps(ovh.to_dict()))
+
+
+@pytest.mark.parametrize("strategy", ["data", "model"])
+def test_train_and_simulate_compare_print_one_prediction(cache, capsys, strategy):
+    _seed_overhead(cache)
+    try:
+        assert main(["train", "lenet", "--strategy", strategy, "--steps", "2", "--json",
+                     "--devices", "2"]) == 0
+    finally:
+        lr.shutdown()
+    tr = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    try:
+        # each command's defaults: the same configuration (scale, batch, optimizer)
+        assert main(["simulate", "lenet", "--machine", "local:2", "--strategy", strategy,
+                     "--compare", "--steps", "1", "--warmup", "1", "--json"]) == 0
+    finally:
+        lr.shutdown()
+    sim = json.loads(capsys.readouterr().out)
+    assert tr["simulated_iteration_s"] > 0
+    assert sim["iteration_time_s"] == pytest.approx(tr["simulated_iteration_s"], rel=0.02)
+
+
+def test_the_optimizer_s_update_is_in_the_prediction():
+    from legionpy import nn
+    from legionpy.measure import optimizer_update_terms
+
+    assert optimizer_update_terms(None) == (2, 1.0)
+    assert optimizer_update_terms(nn.SGD()) == (2, 1.0)
+    assert optimizer_update_terms(nn.SGD(momentum=0.9)) == (3, 2.0)
+    fields, scale = optimizer_update_terms(nn.Adam())
+    assert fields == 4 and scale == pytest.approx(14 / 3)
+    # the update tasks, and only they, take update_scale times their kernel
+    tg = {"tasks": [{"id": 0, "name": "F:a[0]", "kind": "compute", "device": "d0",
+                     "duration_s": 1e-3},
+                    {"id": 1, "name": "U:w[0]", "kind": "update", "device": "d0",
+                     "duration_s": 1e-3}], "deps": [[0, 1]]}
+    ovh = RuntimeOverhead(task_s=1e-6)
+    one = simulate_with_runtime(tg, ovh)["iteration_time_s"]
+    adam = simulate_with_runtime(tg, ovh, update_scale=14 / 3)["iteration_time_s"]
+    assert adam - one == pytest.approx(1e-3 * (14 / 3 - 1))
+
+
+def test_breakdown_of_a_recorded_trace(tmp_path, capsys):
+    """A real lenet step recorded by the runtime and the simulator's trace of
+    the same strategy: every device row has every term, and each side's
+    device terms add up to its makespan (no timings asserted)."""
+    from legionpy import data as D
+    from legionpy import models
+    from legionpy.models.training import default_optimizer
+
+    rt = lr.init(cpus=2, executor="threads")
+    try:
+        m = models.build("lenet", scale="small", batch_size=8)
+        m.compile(optimizer=default_optimizer("lenet"), strategy="data")
+        xs, y = D.for_model(m, 8)
+        with rt.trace.tap() as tap:
+            m.fit(xs, y, epochs=1, verbose=0)
+            lr.fence()
+        real = tap.to_chrome()  # the runtime's dialect, as LEGIONPY_TRACE writes it
+    finally:
+        lr.shutdown()
+    (tmp_path / "real.json").write_text(json.dumps(real))
+    assert main(["simulate", "lenet", "--scale", "small", "--batch-size", "8", "--machine",
+                 "local:2", "--cost", "analytic", "--trace", str(tmp_path / "sim.json")]) == 0
+    capsys.readouterr()
+    assert main(["compare-traces", str(tmp_path / "sim.json"), str(tmp_path / "real.json"),
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    for side in ("sim", "real"):
+        terms = out["terms"][side]
+        span = out[f"{side}_makespan_s"]
+        assert {"dev 0", "dev 1"} <= set(terms)
+        for row in ("dev 0", "dev 1"):
+            t = terms[row]
+            assert set(t) == {"compute", "copy", "update", "fill", "idle"}
+            assert t["compute"] > 0 and t["update"] > 0
+            assert t["compute"] + t["update"] + t["fill"] + t["idle"] >= span * (1 - 1e-6)
+
+
+# -- the interpreter lock as a scheduled resource (issue 26) ---------------------------------
+
+def _two_parallel_tasks():
+    return {"tasks": [{"id": 0, "name": "F:x[0]", "kind": "compute", "device": "cpu0",
+                       "duration_s": 1.0, "bytes": 0},
+                      {"id": 1, "name": "F:x[1]", "kind": "compute", "device": "cpu1",
+                       "duration_s": 1.0, "bytes": 0}], "deps": []}
+
+
+def test_the_interpreter_lock_serialises_a_process_s_python_work_by_hand():
+    tg = _two_parallel_tasks()
+    base = dict(cores=8, task_s=0.1)
+    # no lock schedule: both tasks (1 s kernel + 0.1 s worker) run side by side
+    r = simulate_with_runtime(tg, RuntimeOverhead(**base), None)
+    assert r["schedule_s"] == pytest.approx(1.1) and "lock_wait_s" in r
+    # one process: each task holds the lock 0.1 + min(1, 0.2) s; the second waits for it
+    one = RuntimeOverhead(gil_kernel_s=0.2, **base)
+    r = simulate_with_runtime(tg, one, None)
+    assert r["lock_wait_s"] == pytest.approx(0.3)
+    assert r["schedule_s"] == pytest.approx(1.4)
+    # pipelined, the control thread's launch of each task holds the lock too
+    r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=0.2, launch_s=0.05, **base),
+                              None, pipelined=True)
+    assert r["lock_wait_s"] == pytest.approx(0.35)
+    # two processes (mpirun -n 2, one device each): a lock each, no waiting
+    r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=0.2, control_threads=2,
+                                                  **base), None)
+    assert r["lock_wait_s"] == 0.0 and r["schedule_s"] == pytest.approx(1.1)
+    # without the CPU model (cores 0) there is no lock schedule
+    r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=0.2, task_s=0.1), None)
+    assert r["lock_wait_s"] == 0.0
+
+
+def test_dotted_op_names_get_their_requirements():
+    """RNN cells are named ``lstm0.t3``: their tasks count their own
+    requirements (the part before the dot names no op)."""
+    from legionpy import models
+    from legionpy.optimizer.fidelity import requirement_counts
+
+    g = models.graph("rnntc", scale="small").graph
+    cell = next(op for op in g.ops if op.kind == "lstm")
+    assert "." in cell.name
+    tasks = [{"id": 0, "name": f"F:{cell.name}[0]", "kind": "compute"},
+             {"id": 1, "name": f"B:{cell.name}[0]", "kind": "compute"}]
+    f, b = requirement_counts(tasks, g, 4)
+    assert f == 1 + len(cell.inputs) + len(cell.params) > 1
+    assert b > f
+
+
+def test_lock_hold_probe():
+    from legionpy.probe.overhead import measure_lock_hold
+
+    lr.init(cpus=1)
+    try:
+        r = measure_lock_hold(sizes=((8, 16), (16, 64)), seconds=0.01, reps=1)
+    finally:
+        lr.shutdown()
+    assert set(r["lock_hold"]) == {"8x16", "16x64"}
+    for v in r["lock_hold"].values():
+        assert 0.0 <= v["held_s"] <= v["alone_s"]  # never more than the kernel itself
+    from legionpy.probe.overhead import DEFAULT_GIL_KERNEL_S
+
+    # measured when two threads could run at once, else the stated default
+    assert r["gil_kernel_s"] == (max(v["held_s"] for v in r["lock_hold"].values())
+                                 if r["lock_measured"] else DEFAULT_GIL_KERNEL_S)
+
+
+@pytest.mark.parametrize("strategy", ["data", "pipeline"])
+def test_train_and_simulate_compare_agree_on_gpt2(cache, capsys, monkeypatch, strategy):
+    """Issue 26: `legionpy train` and `simulate --compare` predict one
+    number for one configuration (both call measure.fidelity.predict with
+    the same inputs); a fixed overhead keeps calibration out of the test."""
+    from legionpy.measure import calibration
+
+    monkeypatch.setattr(calibration, "runtime_overhead",
+                        lambda machine: RuntimeOverhead(launch_s=2e-5, task_s=3e-5))
+    monkeypatch.setenv("LEGIONPY_CPUS", "2")
+    try:
+        assert main(["train", "gpt2", "--scale", "small", "--strategy", strategy,
+                     "--steps", "3", "--json"]) == 0
+    finally:
+        lr.shutdown()
+    trained = json.loads(capsys.readouterr().out)
+    try:
+        assert main(["simulate", "gpt2", "--scale", "small", "--machine", "local",
+                     "--strategy", strategy, "--compare", "--steps", "2", "--warmup", "1",
+                     "--json"]) == 0
+    finally:
+        lr.shutdown()
+    compared = json.loads(capsys.readouterr().out)
+    assert compared["iteration_time_s"] == pytest.approx(trained["simulated_iteration_s"],
+                                                         rel=0.02)
+
+
+def test_copy_cost_fit_recovers_a_known_per_copy_cost():
+    """Rows whose periods the simulator itself made with copy_s = 300 us:
+    the fit picks 300 us back from its grid; rows without copies give 0."""
+    from legionpy.measure.calibration import COPY_GRID, _mlp, fit_copy_cost
+    from legionpy.optimizer.costmodel import AnalyticCostModel
+
+    machine = Machine.parse("local:2")
+    ovh = RuntimeOverhead(launch_s=1e-5, task_s=2e-5, cores=2, gil_kernel_s=2e-5)
+    rows, graphs = [], []
+    for depth in (2, 4, 6):
+        g = _mlp(depth).graph
+        sim = Simulator(g, machine, AnalyticCostModel())
+        sim.run(Strategy.data_parallel(g, machine))
+        tg = sim.tg.to_json()
+        copies = sum(t["kind"] == "copy" for t in tg["tasks"])
+        truth = simulate_with_runtime(tg, RuntimeOverhead(**{**ovh.to_dict(), "copy_s": 3e-4}),
+                                      g, pipelined=True)["iteration_time_s"]
+        rows.append({"copies": copies, "period_s": truth})
+        graphs.append((tg, g))
+    assert 3e-4 in COPY_GRID and all(r["copies"] > 0 for r in rows)
+    assert fit_copy_cost(ovh, rows, graphs) == 3e-4
+    assert fit_copy_cost(ovh, [dict(r, copies=0) for r in rows], graphs) == 0.0

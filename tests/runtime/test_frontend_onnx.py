@@ -18,13 +18,6 @@ ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(3)
 
 
-@pytest.fixture
-def rt1():
-    rt = lp.init(cpus=1)
-    yield rt
-    lp.runtime.shutdown()
-
-
 def data(shape, vocab=None, n=2 * G.B):
     if vocab:
         return RNG.integers(0, vocab, (n, *shape)).astype(np.int64)

@@ -18,13 +18,6 @@ ort = pytest.importorskip("onnxruntime")
 RNG = np.random.default_rng(5)
 
 
-@pytest.fixture
-def rt1():
-    rt = lp.init(cpus=1)
-    yield rt
-    lp.runtime.shutdown()
-
-
 def ort_run(proto, xs):
     s = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     names = [i.name for i in s.get_inputs()]

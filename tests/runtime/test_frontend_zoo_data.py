@@ -24,13 +24,6 @@ CASES = [("resnet", "dynamo"), ("resnet", "legacy"), ("mobilenet", "dynamo"),
          ("mobilenet", "legacy"), ("gpt2", "dynamo"), ("bert", "dynamo"), ("bert", "legacy")]
 
 
-@pytest.fixture
-def rt1():
-    rt = lp.init(cpus=1)
-    yield rt
-    lp.runtime.shutdown()
-
-
 def load(name):
     d = np.load(os.path.join(DATA, f"{name}.npz"))
     xs = [d["x"]] + ([d["mask"]] if "mask" in d else [])

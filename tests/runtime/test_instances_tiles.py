@@ -16,13 +16,6 @@ import legionpy.runtime as lr
 from legionpy.optimizer import Machine, Simulator
 
 
-@pytest.fixture
-def rt1():
-    rt = lr.init(cpus=1)
-    yield rt
-    lr.shutdown()
-
-
 @lp.task(privileges=[lp.RW("v")])
 def bump(t):
     t.v[...] += 1

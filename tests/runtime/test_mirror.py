@@ -106,26 +106,31 @@ def train_traced(rt, m, xs, y, steps: int) -> list:
     return rt.trace.stop()
 
 
-def mirror(build, n: int, strategy, steps: int = 3):
-    """(trace form, task-graph form) of step ``steps`` (>= 2: weights at home)."""
+def mirror(build, n: int, strategy, steps: int = 3, sync: str = "shards",
+           records: bool = False):
+    """(trace form, task-graph form) of step ``steps`` (>= 2: weights at home)
+    under gradient ``sync``; ``records``: the trace records too."""
     rt = lp.init(cpus=n)
     try:
         m = build()
         mach = Machine.local(n)
         if callable(strategy):
             strategy = strategy(m.graph, n)
-        m.compile(optimizer=lp.nn.SGD(lr=0.05, momentum=0.9), strategy=strategy, machine=mach)
+        m.compile(optimizer=lp.nn.SGD(lr=0.05, momentum=0.9), strategy=strategy, machine=mach,
+                  sync=sync)
         xs, y = data_for(m)
         recs = train_traced(rt, m, xs, y, steps)
-        sim = Simulator(m.graph, mach)
+        sim = Simulator(m.graph, mach, sync=sync)
         sim.run(m.strategy)
-        return traced_taskgraph(recs), taskgraph_form(sim.tg)
+        out = traced_taskgraph(recs), taskgraph_form(sim.tg)
+        return (*out, recs) if records else out
     finally:
         lp.runtime.shutdown()
 
 
 STRATS = {"data": "data", "model": "model", "hybrid": hybrid,
-          "random": lambda g, n: random_strategy(g, n, seed=7 * n)}
+          "random": lambda g, n: random_strategy(g, n, seed=7 * n),
+          "pipeline": lambda g, n: Strategy.pipeline(g, Machine.local(n))}
 MODELS = {"mlp": mlp, "cnn": cnn, "branchy": branchy, "rnn": rnn}
 
 
@@ -244,7 +249,7 @@ def compiled(build, strategy: str, n: int):
     return m, mach
 
 
-@pytest.mark.parametrize("strategy", ["data", "model", "hybrid"])
+@pytest.mark.parametrize("strategy", ["data", "model", "hybrid", "pipeline"])
 def test_standins_run_in_simulated_order_and_time(strategy):
     """Kernels replaced by stand-ins sleeping their simulated durations (and
     copies their simulated link times): every replayed iteration runs every
@@ -282,7 +287,7 @@ def test_standins_run_in_simulated_order_and_time(strategy):
         lp.runtime.shutdown()
 
 
-@pytest.mark.parametrize("strategy", ["data", "model", "hybrid"])
+@pytest.mark.parametrize("strategy", ["data", "model", "hybrid", "pipeline"])
 def test_replayed_steps_run_real_kernels_in_simulated_order(strategy):
     """Invariant 3 with the real kernels: once the step replays, every
     device runs its tasks in the order of the optimizer's schedule for the

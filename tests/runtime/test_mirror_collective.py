@@ -10,29 +10,14 @@ RS, U of position 0, 1, ..., AG, each over the bucket's groups)."""
 from __future__ import annotations
 
 import pytest
-from test_mirror import MODELS, STRATS, data_for, train_traced
+from test_mirror import MODELS, STRATS
+from test_mirror import mirror as mirror_shards
 
-import legionpy as lp
-from legionpy.optimizer import Machine, Simulator
-from legionpy.optimizer.mirror import compare, taskgraph_form, traced_taskgraph
+from legionpy.optimizer.mirror import compare
 
 
 def mirror(build, n, strategy, steps=3):
-    rt = lp.init(cpus=n)
-    try:
-        m = build()
-        mach = Machine.local(n)
-        if callable(strategy):
-            strategy = strategy(m.graph, n)
-        m.compile(optimizer=lp.nn.SGD(lr=0.05, momentum=0.9), strategy=strategy, machine=mach,
-                  sync="collective")
-        xs, y = data_for(m)
-        recs = train_traced(rt, m, xs, y, steps)
-        sim = Simulator(m.graph, mach, sync="collective")
-        sim.run(m.strategy)
-        return traced_taskgraph(recs), taskgraph_form(sim.tg), recs
-    finally:
-        lp.runtime.shutdown()
+    return mirror_shards(build, n, strategy, steps, sync="collective", records=True)
 
 
 @pytest.mark.parametrize("model", ["mlp", "cnn", "rnn"])

@@ -122,13 +122,16 @@ def test_train_command_json(capsys):
     assert r["simulated_iteration_s"] == r["simulated_data_parallel_s"] > 0
     # the prediction is the local machine model's, as simulate --compare makes it
     from legionpy.measure import predict
+    from legionpy.models.training import default_optimizer
     from legionpy.optimizer import Machine, Strategy
 
     lr.init(cpus=2)
     try:
         g = models.build("rnntc", scale="small").graph
         m = Machine.local()
-        again = predict(g, Strategy.data_parallel(g, m), m)["iteration_time_s"]
+        # the same inputs train's prediction takes from its compiled model (Adam)
+        again = predict(g, Strategy.data_parallel(g, m), m,
+                        optimizer=default_optimizer("rnntc"))["iteration_time_s"]
     finally:
         lr.shutdown()
     assert again == r["simulated_iteration_s"]

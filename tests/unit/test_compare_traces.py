@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from legionpy.cli import main
 from legionpy.commands.compare_traces import compare, load_timeline
 from legionpy.optimizer.trace import chrome_trace
@@ -85,3 +87,48 @@ def test_warns_when_the_real_trace_covers_several_iterations(tmp_path, capsys):
     assert main(["compare-traces", str(tmp_path / "s.json"), str(tmp_path / "r.json"),
                  "--window", "0:0.05"]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+# -- where the time goes, per device and kind (issue 26) --------------------------------------
+
+def test_breakdown_per_device_and_kind_by_hand(tmp_path, capsys):
+    s, r = tmp_path / "sim.json", tmp_path / "real.json"
+    s.write_text(json.dumps(_sim()))
+    r.write_text(json.dumps(_real()))
+    assert main(["compare-traces", str(s), str(r), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    sim, real = out["terms"]["sim"], out["terms"]["real"]
+    ms = {k: round(v * 1e3, 6) for k, v in sim["dev 0"].items()}
+    # dev 0: F0 + B0 = 3 ms compute, the copy from dev 1 arrives over its link, no idle
+    assert ms == {"compute": 3.0, "copy": 0.5, "update": 0.0, "fill": 0.0, "idle": 0.0}
+    assert round(sim["dev 1"]["idle"] * 1e3, 6) == 2.0  # busy 1 ms of the 3 ms makespan
+    # real dev 0: 2.5 + 1 ms compute, 0.8 ms from dev 1 (host->0 counts too), 0.5 ms idle
+    assert round(real["dev 0"]["compute"] * 1e3, 6) == 3.5
+    assert round(real["dev 0"]["copy"] * 1e3, 6) == 0.9
+    assert round(real["dev 0"]["idle"] * 1e3, 6) == 0.5
+    assert out["worst_term"]["row"] == "dev 0" and out["worst_term"]["term"] == "compute"
+    assert main(["compare-traces", str(s), str(r)]) == 0
+    text = capsys.readouterr().out
+    assert "copy/collective" in text and "largest miss: compute on dev 0" in text
+
+
+def test_terms_of_kinds_and_names():
+    from legionpy.optimizer.breakdown import term_of
+
+    assert term_of("compute", "F:a[0]") == "compute"
+    assert term_of("update", "U(w)") == "update" and term_of("compute", "U:b0.0[1]") == "update"
+    assert term_of("collective", "allreduce") == "copy" and term_of("", "RS:b0.1") == "copy"
+    assert term_of("fill", "fill g") == "fill"
+
+
+def test_a_collective_counts_in_every_member_s_exchange():
+    from legionpy.optimizer.breakdown import breakdown
+
+    tl = [{"row": "comm:0-1,3", "kind": "collective", "name": "RS:b0.0", "start_s": 0.0,
+           "end_s": 0.002},
+          {"row": "dev 0", "kind": "compute", "name": "F:a[0]", "start_s": 0.0, "end_s": 0.001}]
+    b = breakdown(tl, period_s=0.004)
+    assert sorted(b) == ["dev 0", "dev 1", "dev 3"]
+    assert all(b[r]["copy"] == 0.002 for r in b)
+    assert b["dev 0"]["idle"] == pytest.approx(0.003)
+

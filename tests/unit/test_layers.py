@@ -9,7 +9,7 @@ other)::
     0  errors
     1  geometry
     2  atomic, progress, placement, data,    leaves
-       collectives
+       collectives, pipeline
     3  regions
     4  ops
     5  runtime, optimizer                    siblings: neither imports the other
@@ -42,6 +42,7 @@ RANKS = {
     "geometry": 1,
     "atomic": 2, "progress": 2, "placement": 2, "data": 2,
     "collectives": 2,  # the collective rule both halves share (docs/seam.md)
+    "pipeline": 2,  # the pipeline rule both halves share (docs/pipeline.md)
     "regions": 3,
     "ops": 4,
     "runtime": 5, "optimizer": 5,

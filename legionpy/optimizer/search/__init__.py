@@ -11,6 +11,8 @@ Methods, all compared on the full simulator's iteration time:
 ``elimination`` DeePa's node/edge elimination DP, additive cost (:mod:`.elimination`)
 ``hierarchical`` stages across nodes, data parallel within a stage, following the
                 machine's link hierarchy; memory-aware (:mod:`.hierarchical`)
+``pipeline``    stages x device blocks x micro-batches x recomputation, memory as a
+                hard limit, the best estimates simulated (:mod:`.pipeline`)
 ``mcmc``        Metropolis-Hastings with delta simulation (:mod:`.mcmc`), started
                 from data, expert, random and the elimination result
 ``exhaustive``  depth-first with lower-bound pruning, small cases only (:mod:`.exhaustive`)
@@ -40,6 +42,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..costmodel import default_cost_model
 from ..memory import check as check_memory
 from ..memory import format_bytes
@@ -52,17 +56,26 @@ from .hierarchical import HierarchicalResult, hierarchical
 from .mcmc import MCMCResult, initial_candidates
 from .mcmc import mcmc as run_mcmc
 from .partitioner import PartitionResult, partition
+from .pipeline import PipelineResult, pipeline_search
 from .space import ConfigSpace, symmetric_table
 from .stages import staged_candidates
 
 __all__ = ["mcmc", "run_mcmc", "run_all", "SearchReport", "search_for_model", "eliminate",
            "exhaustive", "partition", "baselines", "ConfigSpace", "MCMCResult",
            "EliminationResult", "ExhaustiveResult", "PartitionResult", "initial_candidates",
-           "hierarchical", "HierarchicalResult",
-           "DEFAULT_METHODS", "graph_hash"]
+           "hierarchical", "HierarchicalResult", "pipeline_search", "PipelineResult",
+           "DEFAULT_METHODS", "LARGE_METHODS", "graph_hash", "data_tasks"]
 
 DEFAULT_METHODS = ("data", "model", "expert", "partitioner", "elimination", "hierarchical",
-                   "mcmc")
+                   "pipeline", "mcmc")
+#: when data parallelism's full simulation takes more than :data:`LARGE_SHARE`
+#: of the budget or has more than :data:`LARGE_TASKS` tasks (GPT-3-sized graphs
+#: on tens of GPUs: millions of tasks, ~10 s each; the per-op baselines take
+#: minutes), the default methods are these (issue 25)
+LARGE_METHODS = ("data", "pipeline")
+LARGE_SHARE = 0.15
+#: ... or when data parallelism's task graph has more tasks than this
+LARGE_TASKS = 1_000_000
 #: with collective sync on more than :data:`AT_SCALE` devices (docs/seam.md):
 #: the methods whose strategies simulate in seconds there (node-symmetric
 #: baselines, one node per class) and MCMC started from them; the others
@@ -130,7 +143,7 @@ class SearchReport:
         b = self.details.get("budget")
         tail = f"best: {self.best}   total {self.search_time_s:.1f} s"
         if b:
-            tail += (f" (searching {b['search_s']:.1f} s of a {b['budget_s']:g} s budget, "
+            tail += (f" (searching {b['search_s']:.1f} s of a {b['budget_s']:.1f} s budget, "
                      f"scoring {b['scoring_s']:.1f} s)")
         lines.append(tail)
         cm = self.details.get("cost_model")
@@ -154,8 +167,11 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
     sync (docs/seam.md); with ``"collective"`` on more than :data:`AT_SCALE`
     devices the default methods are :data:`SCALE_METHODS`.
 
-    The budget (issue 18): the searches together take at most ``budget_s``
-    seconds (plus one proposal). The elimination DP may use up to 60% of it
+    The budget (issues 18 and 25): the whole call takes about ``budget_s``
+    seconds: the searches get what is left of it after scoring the
+    baselines and a reserve for scoring each method's answer (one full
+    simulation each, as long as the longest so far), and every method stops
+    within one unit of its work past its deadline. The elimination DP may use up to 60% of it
     when MCMC follows (else all of it), the partitioner and the exhaustive
     search what is left, MCMC the rest; a method whose deadline passes stops
     and returns its best so far (``stop`` column ``budget``; the DP then
@@ -166,15 +182,18 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
     (deterministic) and the other methods get no deadline."""
     t0 = time.perf_counter()
     scale = sync == "collective" and machine.num_devices > AT_SCALE
+    chosen = methods is not None
     methods = list(methods or (SCALE_METHODS if scale else DEFAULT_METHODS))
     ename = expert_name(graph)
     methods = [ename if m in ("expert", "owt") else m for m in methods]
     unknown = set(methods) - {"data", "model", ename, "partitioner", "elimination", "mcmc",
-                              "exhaustive", "hierarchical", "hybrid"}
+                              "exhaustive", "hierarchical", "hybrid", "pipeline",
+                              "even-pipeline", "megatron"}
     if unknown:
         from ...errors import StrategyError
         raise StrategyError(f"unknown search methods {sorted(unknown)}; known: "
-                            f"{list(DEFAULT_METHODS) + ['owt', 'exhaustive', 'hybrid']}")
+                            f"{list(DEFAULT_METHODS) + ['owt', 'exhaustive', 'hybrid', 'megatron']}"
+                            " and 'even-pipeline'")
     cost_model = cost_model or default_cost_model(machine)  # one model for every method
     sim = Simulator(graph, machine, cost_model, sync=sync)  # sync: docs/seam.md
     rep = SearchReport(graph.name, machine.name)
@@ -201,18 +220,41 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
         return score(s)[0].search_cost
 
     base = baselines(graph, machine)
+    if machine.num_devices < 2:  # nothing to pipeline
+        methods = [m for m in methods if m not in ("pipeline", "even-pipeline")]
+    est = data_tasks(graph, machine)
+    if not chosen and not scale and est > 4 * LARGE_TASKS:
+        # data parallelism alone would take a large part of the budget to simulate
+        methods = [m for m in LARGE_METHODS if m != "data"]
+        rep.details["large"] = {"data_tasks_estimate": est, "methods": methods}
+    else:
+        big = score(base["data"])[0].num_tasks > LARGE_TASKS
+        if not chosen and not scale and (big or (iterations is None and budget_s > 0
+                                                 and scoring[1] > LARGE_SHARE * budget_s)):
+            methods = list(LARGE_METHODS)  # a simulation is too dear for the per-op searches
+            rep.details["large"] = {"simulation_s": scoring[1], "methods": methods}
+    for m in ("megatron", "even-pipeline"):
+        if m in methods:
+            base[m] = (Strategy.megatron(graph, machine) if m == "megatron"
+                       else Strategy.pipeline(graph, machine))
     for m in methods:
         if m in base:
             found[m] = (base[m], 0.0)
-    for m in ("data", ename, "hybrid"):
-        if m in methods or ("mcmc" in methods and not scale and m != "hybrid"):
+    for m in ("data", ename, "hybrid", "even-pipeline", "megatron"):
+        if m in methods or ("mcmc" in methods and not scale and m not in (
+                "hybrid", "even-pipeline", "megatron")):
             score(base[m])
     t_search, scored_before = time.perf_counter(), scoring[0]
     timed = iterations is None
-    deadline = t_search + budget_s if timed else None
+    # the budget is the whole call's (issue 25): the baselines' scoring came
+    # out of it, each method's answer is scored as soon as it is found, and
+    # MCMC, last, keeps back one full simulation (as long as the longest so
+    # far) for scoring its answer
+    window = max(0.0, t0 + budget_s - t_search)
+    deadline = t_search + window if timed else None
 
     def share(frac: float) -> float | None:
-        return t_search + frac * budget_s if timed else None
+        return t_search + frac * window if timed else None
 
     dp = None
     if "elimination" in methods or "mcmc" in methods:
@@ -243,6 +285,7 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
             rep.details["elimination"]["staged"] = tried
         if "elimination" in methods:
             found["elimination"] = (dp_s, dp_t)
+            score(dp_s)
     hier = None
     if "hierarchical" in methods or "mcmc" in methods:
         if stage:
@@ -251,19 +294,37 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
         hier = hierarchical(graph, machine, cost_model, sim, deadline=share(0.7), score=cost)
         scoring[0] = sc  # these simulations are the method's search, not scoring
         found["hierarchical"] = (hier.strategy, hier.search_time_s)
+        score(hier.strategy)
         stops["hierarchical"] = "budget" if hier.stopped_on_budget else "done"
         rep.details["hierarchical"] = {"stages": hier.stages, "tried": hier.tried}
+    if "pipeline" in methods:
+        if stage:
+            stage("pipeline")
+        sc = scoring[0]
+        pr = pipeline_search(graph, machine, cost_model, cost,
+                             deadline=share(0.8) if "mcmc" in methods else deadline,
+                             optimizer_slots=sim.tg.optimizer_slots,
+                             also=[base[m] for m in ("even-pipeline",) if m in base],
+                             sim_s=lambda: scoring[1])
+        scoring[0] = sc  # its simulations are its search
+        found["pipeline"] = (pr.strategy or base["data"], pr.search_time_s)
+        stops["pipeline"] = "budget" if pr.stopped_on_budget else "done"
+        rep.details["pipeline"] = {"estimates": len(pr.tried), "simulated": len(pr.simulated),
+                                   "pick": None if pr.strategy is None
+                                   else pr.strategy.pipeline.to_dict()}
     if "partitioner" in methods:
         if stage:
             stage("partitioner")
         pr = partition(graph, machine, seed=seed, cost_model=cost_model, deadline=deadline)
         found["partitioner"] = (pr.strategy, pr.search_time_s)
+        score(pr.strategy)
         stops["partitioner"] = "budget" if pr.stopped_on_budget else "done"
     if "exhaustive" in methods:
         if stage:
             stage("exhaustive")
         ex = exhaustive(graph, machine, space, cost_model, simulator=sim, deadline=deadline)
         found["exhaustive"] = (ex.strategy, ex.search_time_s)
+        score(ex.strategy)
         stops["exhaustive"] = "budget" if ex.stopped_on_budget else "done"
         rep.details["exhaustive"] = {"complete": ex.complete, "leaves": ex.leaves}
     if "mcmc" in methods:
@@ -276,7 +337,7 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
         if hier is not None and hier.stages > 1:  # a start that fits where data does not
             init["hierarchical"] = hier.strategy
         known = {n: cost(s) for n, s in init.items() if n != "random"}
-        left = max(0.0, deadline - time.perf_counter()) if timed else budget_s
+        left = max(0.0, deadline - time.perf_counter() - scoring[1]) if timed else budget_s
         t1 = time.perf_counter()
         # at scale: proposals among node-symmetric configs, each simulated
         # on one node per class in about a second (docs/search.md)
@@ -293,22 +354,38 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
                                "stopped_on_budget": mr.stopped_on_budget}
     search_s = time.perf_counter() - t_search - (scoring[0] - scored_before)
     results = {m: score(found[m][0]) for m in methods}
-    data_t = score(base["data"])[0].iteration_time_s
+    data_t = score(base["data"])[0].iteration_time_s if "data" in methods else math.nan
     for m in methods:
         r, f = results[m]
         t = r.iteration_time_s if r.feasible else math.inf
-        rep.rows[m] = {"iteration_time_s": t, "speedup_vs_data": data_t / t if t else 0.0,
+        rep.rows[m] = {"iteration_time_s": t,
+                       "speedup_vs_data": data_t / t if t and math.isfinite(data_t) else 0.0,
                        "bytes_moved": r.bytes_moved, "search_time_s": found[m][1],
                        "feasible": r.feasible, "search_cost": r.search_cost,
                        "memory": {**f.to_dict(), "detail": f.describe()},
                        "stop": stops.get(m, "")}
         s = found[m][0]
-        rep.strategies[m] = Strategy(dict(s), graph.name, machine.name)
+        rep.strategies[m] = Strategy(dict(s), graph.name, machine.name, s.pipeline)
     rep.search_time_s = time.perf_counter() - t0
     rep.details["budget"] = {"budget_s": budget_s, "search_s": max(0.0, search_s),
                              "scoring_s": scoring[0]}
     rep.details["cost_model"] = cost_model_summary(cost_model)
     return rep
+
+
+def data_tasks(graph, machine) -> int:
+    """About how many tasks data parallelism's task graph has, without
+    building it: a forward and a backward per op and device, and per
+    parameter shard (``placement.update_shards``) a copy to and from every
+    other device."""
+    from ...placement import SHARD_MIN_BYTES
+
+    D = machine.num_devices
+    n = 2 * len(graph.ops) * D
+    for p in graph.parameters().values():
+        nb = float(np.prod(p.shape)) * np.dtype(p.dtype).itemsize
+        n += 2 * D * max(1, min(D, int(nb // SHARD_MIN_BYTES)))
+    return n
 
 
 def cost_model_summary(cost_model) -> dict:
