@@ -139,6 +139,10 @@ def _no_dropout(module) -> None:
             m.p = 0.0
         if hasattr(m, "p") and type(m).__name__ == "StochasticDepth":
             m.p = 0.0
+        if isinstance(m, torch.nn.Embedding):
+            # an exported graph's Gather trains every row; torch leaves the
+            # padding row's gradient zero (BERT's id 0 shows at batch >= 6)
+            m.padding_idx = None
 
 
 def import_model(module, x, how: str, tmp: str, keep_bn: bool = False):
