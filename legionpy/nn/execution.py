@@ -82,7 +82,7 @@ from ..runtime import FutureMap, LaunchOptions, TaskFunction
 from .init import initial_value
 from .losses import metric_sums
 
-__all__ = ["Executor", "OpPlan", "SLOW_DEVICES", "SYNC_MODES"]
+__all__ = ["Executor", "OpPlan", "SLOW_DEVICES", "SYNC_MODES", "sparse_params"]
 
 SYNC_MODES = ("shards", "collective")
 
@@ -125,6 +125,15 @@ def initial_buffers(op: Any) -> dict[str, np.ndarray]:
     init = getattr(op, "initial_state", None) or {}
     return {"running_mean": np.array(init.get("running_mean", np.zeros(c)), np.float32),
             "running_var": np.array(init.get("running_var", np.ones(c)), np.float32)}
+
+
+def sparse_params(graph: Any) -> set[str]:
+    """The embedding tables updated sparsely (the rows a batch used):
+    parameters of embedding ops that no other kind of op uses (a table tied
+    to an output projection gets a dense gradient: updated densely)."""
+    emb = {p.name for op in graph.ops if op.kind == "embedding" for p in op.params.values()}
+    return emb - {p.name for op in graph.ops if op.kind != "embedding"
+                  for p in op.params.values()}
 
 
 def _drop_axis(a: Any, view: tuple[int, int] | None) -> Any:
@@ -401,8 +410,7 @@ class Executor:
             pl.buffers = self.buffers.get(pl.op.name, {})
         self.updates = []
         u_fields = ("w", "g", *self.opt.fields)
-        sparse = {p.name for op in graph.ops if op.kind == "embedding"
-                  for p in op.params.values()}
+        sparse = sparse_params(graph)
         for name, tiles in ({} if self.csync else weight_tiles(graph, run)).items():
             part = Partition.by_rects(self._pregions[name], {(t,): r for t, (r, _) in
                                                             enumerate(update_points(tiles))})

@@ -147,8 +147,9 @@ class CollectiveSync:
     def _sparse_segments(ex: Any, g: Group, chunks: list) -> dict:
         """``{position: [(lo, hi)]}``: the elements of each chunk that belong
         to embedding tables (updated only where their gradient is nonzero)."""
-        sparse = {p.name for op in ex.graph.ops if op.kind == "embedding"
-                  for p in op.params.values()}
+        from .execution import sparse_params
+
+        sparse = sparse_params(ex.graph)
         out: dict = {}
         for pname, r, off in g.members:
             if pname not in sparse:

@@ -80,3 +80,12 @@ def test_the_simulator_holds_the_tied_table_once():
     names = [sim.tg.task_name(int(s)) for s in np.flatnonzero(sim.tg.alive)]
     assert any(n.startswith("U:wte.weight[") for n in names)
     assert not any("lm_head.weight" in n for n in names)
+
+
+def test_the_tied_table_is_updated_densely():
+    """Embedding tables alone are updated sparsely (rows the batch used);
+    tied to the output projection the gradient is dense, and so is the update."""
+    from legionpy.nn.execution import sparse_params
+
+    assert sparse_params(models.graph("gpt2", scale="small").graph) == set()
+    assert sparse_params(models.graph("transformer", scale="small").graph) == {"embed.weight"}
