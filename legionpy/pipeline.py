@@ -53,7 +53,7 @@ from typing import Any
 from .errors import StrategyError
 
 __all__ = ["Pipeline", "SCHEDULES", "stage_order", "launch_order", "expand_config",
-           "micro_of", "device_major", "stage_index", "device_chains", "in_flight",
+           "micro_of", "device_major", "stage_index", "device_chains", "in_flight", "launches",
            "bubble_fraction", "even_cuts", "segment_cuts", "cut_points", "recomputes",
            "NO_RECOMPUTE", "MAX_POINT_TASKS", "max_microbatches"]
 
@@ -262,6 +262,25 @@ def launch_order(p: int, m: int, schedule: str) -> list[tuple[int, str, int]]:
     return out
 
 
+def launches(graph: Any, pipe: Pipeline) -> list[tuple[int, int, int]]:
+    """``(role, op index, micro-batch)`` of every pipelined launch in program
+    order (role 0 forward, 1 backward): :func:`launch_order`'s units, a
+    forward unit's ops in graph order, a backward unit's ops with a backward
+    in reverse. The runtime issues its launches in this order and the
+    simulator numbers its keys and chains its devices by it."""
+    stage = pipe.stage_of(graph)
+    by_stage: list[list[Any]] = [[] for _ in range(pipe.num_stages)]
+    for op in graph.ops:
+        by_stage[stage[op.index]].append(op)
+    out = []
+    for s, what, j in launch_order(pipe.num_stages, pipe.microbatches, pipe.schedule):
+        if what == "F":
+            out += [(0, op.index, j) for op in by_stage[s]]
+        else:
+            out += [(1, op.index, j) for op in reversed(by_stage[s]) if op.has_backward]
+    return out
+
+
 # -- micro-batches as tiles ----------------------------------------------------------------------
 def device_major(graph: Any, configs: Mapping) -> bool:
     """The layout of a pipelined strategy: device-major when every op splits
@@ -313,40 +332,24 @@ def _ravel(coords: list[int], shape: Sequence[int]) -> int:
     return k
 
 
-def device_chains(graph: Any, pipe: Pipeline, coarse: Mapping, fine: Mapping,
-                  has_backward: Any = None) -> dict[int, list[tuple[int, int, int]]]:
+def device_chains(graph: Any, pipe: Pipeline, coarse: Mapping,
+                  fine: Mapping) -> dict[int, list[tuple[int, int, int]]]:
     """Per device, ``(role, op index, fine point)`` (role 0 forward, 1
-    backward) of every pipelined point in schedule order: each unit of the
-    stage's schedule, its ops in graph order (forward) or reverse (backward),
-    each op's points of that micro-batch on the device in point order.
+    backward) of every pipelined point in schedule order: the launches of
+    :func:`launches`, each one's points on the device in point order.
     ``coarse`` / ``fine``: configs by op name before and after
     :func:`expand_config`."""
-    stage = pipe.stage_of(graph)
-    p, m = pipe.num_stages, pipe.microbatches
     major = device_major(graph, coarse)
-    by_stage: list[list[Any]] = [[] for _ in range(p)]
+    pts: dict = {}  # (op, micro-batch) -> [(device, point)], in point order
     for op in graph.ops:
-        by_stage[stage[op.index]].append(op)
+        c, f = coarse[op.name], fine[op.name]
+        for k, dev in enumerate(f.devices):
+            pts.setdefault((op.index, micro_of(op, c.degrees, f.degrees, k, f.reduce, major)),
+                           []).append((dev, k))
     out: dict[int, list[tuple[int, int, int]]] = {}
-    for s in range(p):
-        # points per (op, micro-batch, device), in point order
-        pts: dict = {}
-        for op in by_stage[s]:
-            c, f = coarse[op.name], fine[op.name]
-            for k, dev in enumerate(f.devices):
-                j = micro_of(op, c.degrees, f.degrees, k, f.reduce, major)
-                pts.setdefault((op.index, j, dev), []).append(k)
-        devs = sorted({d for op in by_stage[s] for d in fine[op.name].devices})
-        for what, j in stage_order(s, p, m, pipe.schedule):
-            seq = by_stage[s] if what == "F" else reversed(by_stage[s])
-            for op in seq:
-                back = op.has_backward if has_backward is None else has_backward(op)
-                if what == "B" and not back:
-                    continue
-                role = 0 if what == "F" else 1
-                for dev in devs:
-                    for k in pts.get((op.index, j, dev), ()):
-                        out.setdefault(dev, []).append((role, op.index, k))
+    for role, o, j in launches(graph, pipe):
+        for dev, k in pts.get((o, j), ()):
+            out.setdefault(dev, []).append((role, o, k))
     return out
 
 

@@ -76,7 +76,7 @@ from ..geometry import Rect
 from ..mapper import StrategyMapper, update_points, weight_tiles
 from ..ops.execute import Tile, check_tiling, loss_gradient, tile_backward, tile_forward
 from ..ops.kernels.common import like
-from ..pipeline import device_major, launch_order, micro_of, recomputes
+from ..pipeline import device_major, launches, micro_of, recomputes
 from ..regions import RW, WD, Partition, R, Reduce, Region
 from ..runtime import FutureMap, LaunchOptions, TaskFunction
 from .init import initial_value
@@ -401,11 +401,9 @@ class Executor:
             self.csync = CollectiveSync(self, run)
             self._flat_stale = True
         self.plans = [OpPlan(self, op, run[op.name]) for op in graph.ops]
-        self.stage_plans: list[list[OpPlan]] = []
-        if self.pipe is not None:
-            stage = self.pipe.stage_of(graph)
-            self.stage_plans = [[pl for pl in self.plans if stage[pl.op.index] == s]
-                                for s in range(self.pipe.num_stages)]
+        #: pipelined: ``(role, op index, micro-batch)`` of every launch, in the
+        #: program order both halves use (legionpy.pipeline.launches)
+        self.pipe_launches = [] if self.pipe is None else launches(graph, self.pipe)
         for pl in self.plans:
             pl.buffers = self.buffers.get(pl.op.name, {})
         self.updates = []
@@ -501,11 +499,9 @@ class Executor:
             for pl in self.plans:
                 self._launch_f(pl, None, inputs, step, training, stats)
         else:
-            for s, what, j in launch_order(self.pipe.num_stages, self.pipe.microbatches,
-                                           self.pipe.schedule):
-                if what == "F":
-                    for pl in self.stage_plans[s]:
-                        self._launch_f(pl, j, inputs, step, training, stats)
+            for role, o, j in self.pipe_launches:
+                if role == 0:
+                    self._launch_f(self.plans[o], j, inputs, step, training, stats)
         if stats:
             self._stats.append(stats)
 
@@ -580,17 +576,14 @@ class Executor:
             self._fill_partial()
             stats: list = []
             losses = []
-            for s, what, j in launch_order(self.pipe.num_stages, self.pipe.microbatches,
-                                           self.pipe.schedule):
-                if what == "F":
-                    for pl in self.stage_plans[s]:
-                        self._launch_f(pl, j, inputs, step, True, stats)
+            for role, o, j in self.pipe_launches:
+                pl = self.plans[o]
+                if role == 0:
+                    self._launch_f(pl, j, inputs, step, True, stats)
                     continue
-                for pl in reversed(self.stage_plans[s]):
-                    if pl.op.has_backward:
-                        f = self._launch_b(pl, j, target)
-                        if pl.is_last:
-                            losses.append(f)
+                f = self._launch_b(pl, j, target)
+                if pl.is_last:
+                    losses.append(f)
             if stats:
                 self._stats.append(stats)
             fm = FutureMap([c for f in losses for c in f.colors],

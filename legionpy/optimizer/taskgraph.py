@@ -75,7 +75,7 @@ import numpy as np
 from .. import collectives
 from ..errors import StrategyError
 from ..geometry import Rect, block_bound, block_bounds
-from ..pipeline import device_chains, device_major, in_flight, launch_order, micro_of, recomputes
+from ..pipeline import device_chains, device_major, in_flight, launches, micro_of, recomputes
 from ..placement import param_tiles, update_points
 from ..regions.coherence import FieldState, Piece, Request, choose_source
 from . import simkernels as K
@@ -1071,27 +1071,17 @@ class TaskGraph:
 
     def _pipe_launches(self, coarse, micro) -> None:
         """The launch index of every (role, op, micro-batch), in the order the
-        runtime issues them (nn/execution.py: the schedule's program order,
-        a unit's ops in graph order for F, reverse for B), and each fine
-        point's micro-batch."""
+        runtime issues them (:func:`legionpy.pipeline.launches`), and each
+        fine point's micro-batch."""
         pipe, g = self.pipe, self.graph
-        stage = pipe.stage_of(g)
-        by_stage: list[list] = [[] for _ in range(pipe.num_stages)]
-        for op in g.ops:
-            by_stage[stage[op.index]].append(op)
         m = pipe.microbatches
         self._lidx = ([[0] * m for _ in g.ops], [[0] * m for _ in g.ops])
-        lrole, lop = [], []
-        for s, what, j in launch_order(pipe.num_stages, m, pipe.schedule):
-            role = 0 if what == "F" else 1
-            for op in (by_stage[s] if role == 0 else reversed(by_stage[s])):
-                if role == 1 and not op.has_backward:
-                    continue
-                self._lidx[role][op.index][j] = len(lrole)
-                lrole.append(role)
-                lop.append(op.index)
-        self.nl = len(lrole)
-        self._lrole, self._lop = np.array(lrole, np.int64), np.array(lop, np.int64)
+        seq = launches(g, pipe)
+        for L, (role, o, j) in enumerate(seq):
+            self._lidx[role][o][j] = L
+        self.nl = len(seq)
+        self._lrole = np.array([role for role, _, _ in seq], np.int64)
+        self._lop = np.array([o for _, o, _ in seq], np.int64)
         self._mb = []
         major = device_major(g, coarse)
         for op in g.ops:
