@@ -393,7 +393,6 @@ class Strategy(Mapping[str, ParallelConfig]):
             raise StrategyError(f"{S} pipeline stages do not divide the machine's {D} "
                                 "devices into equal blocks")
         per = D // S
-        blocks = [tuple(range(s * per, (s + 1) * per)) for s in range(S)]
         batch = graph.batch_size
         if microbatches is None:
             top = min(4 * S, max_microbatches(graph, per))
@@ -405,7 +404,19 @@ class Strategy(Mapping[str, ParallelConfig]):
             f, b = cost.op_time(op, op.output_rect, spec)
             weights.append(f + (b if op.has_backward else 0.0))
         cuts = segment_cuts(weights, S, cut_points(graph))
-        ops = graph.ops
+        return cls.staged(graph, machine, cuts, microbatches, schedule, recompute)
+
+    @classmethod
+    def staged(cls, graph, machine, cuts, microbatches: int, schedule: str = "1f1b",
+               recompute=()) -> Strategy:
+        """A pipelined strategy from ``cuts`` (``(first, last)`` op indices
+        of each stage, in graph order): stage ``s`` on the ``s``-th equal
+        block of the machine's devices, each op data parallel inside it (its
+        sample dim split by the largest divisor of a micro-batch that the
+        block allows; an op without one whole on the block's first device)."""
+        per = machine.num_devices // len(cuts)
+        batch, ops = graph.batch_size, graph.ops
+        blocks = [tuple(range(s * per, (s + 1) * per)) for s in range(len(cuts))]
         out = {}
         for s, (a, z) in enumerate(cuts):
             for op in ops[a:z + 1]:

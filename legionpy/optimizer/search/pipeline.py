@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...pipeline import Pipeline, cut_points, in_flight, max_microbatches
+from ...pipeline import cut_points, in_flight, max_microbatches
 from ..memory import INFEASIBLE_BASE_S
-from ..strategy import ParallelConfig, Strategy, largest_divisor
+from ..strategy import Strategy, largest_divisor
 
 __all__ = ["pipeline_search", "PipelineResult", "cut_points", "refine"]
 
@@ -184,7 +184,7 @@ def pipeline_search(graph, machine, cost_model, score: Callable[[Strategy], floa
             secs, act, par, fwd = _op_figures(graph, machine, cost_model, per, m,
                                               optimizer_slots)
             for recompute in (False, True):
-                c = _plan(graph, machine, p, per, m, schedule, recompute, starts, secs, act,
+                c = _plan(graph, machine, p, m, schedule, recompute, starts, secs, act,
                           par, fwd, cap)
                 res.tried[(p, m, recompute)] = c[0] if c else math.inf
                 if c is not None:
@@ -227,7 +227,7 @@ def pipeline_search(graph, machine, cost_model, score: Callable[[Strategy], floa
     return res
 
 
-def _plan(graph, machine, p, per, m, schedule, recompute, starts, secs, act, par, fwd, cap):
+def _plan(graph, machine, p, m, schedule, recompute, starts, secs, act, par, fwd, cap):
     """(estimated seconds, Strategy) of the best cuts for (p, m, recompute),
     or None when no cut fits in memory."""
     n = len(graph.ops)
@@ -259,27 +259,16 @@ def _plan(graph, machine, p, per, m, schedule, recompute, starts, secs, act, par
     bounds = list(zip(cuts, cuts[1:] + [n]))
     t = [float(secs_c[b] - secs_c[a]) for a, b in bounds]
     estimate = sum(t) + (m - 1) * max(t)
-    return estimate, _strategy(graph, machine, bounds, per, m, schedule, recompute)
+    return estimate, _strategy(graph, machine, bounds, m, schedule, recompute)
 
 
-def _strategy(graph, machine, bounds, per, m, schedule, recompute) -> Strategy:
-    ops = graph.ops
-    batch = graph.batch_size
-    out = {}
-    blocks = []
-    for s, (a, b) in enumerate(bounds):
-        block = tuple(range(s * per, (s + 1) * per))
-        blocks.append(block)
-        for op in ops[a:b]:
-            nd = len(op.output_shape)
-            sd = list(op.dims).index("sample")
-            k = largest_divisor(op.output_shape[sd] // m if batch % m == 0 else 1, per)
-            out[op.name] = ParallelConfig.along(nd, sd, k, block[:k])
+def _strategy(graph, machine, bounds, m, schedule, recompute) -> Strategy:
+    """:meth:`Strategy.staged` of ``[a, b)`` op ranges; ``recompute``: True
+    for every stage, or stage indices."""
     if recompute is True:
-        recompute = tuple(range(len(bounds)))
-    pipe = Pipeline(tuple((ops[a].name, ops[b - 1].name) for a, b in bounds), tuple(blocks),
-                    m, schedule, tuple(recompute or ()))
-    return Strategy(out, graph.name, machine.name, pipe)
+        recompute = range(len(bounds))
+    return Strategy.staged(graph, machine, [(a, b - 1) for a, b in bounds], m, schedule,
+                           tuple(recompute or ()))
 
 
 def refine(graph, machine, start: Strategy, score: Callable[[Strategy], float],
@@ -338,7 +327,7 @@ def refine(graph, machine, start: Strategy, score: Callable[[Strategy], float],
                 continue
         else:
             rr ^= {rng.randrange(len(bnd))}
-        cand = _strategy(graph, machine, bnd, per, mm, pipe.schedule, tuple(sorted(rr)))
+        cand = _strategy(graph, machine, bnd, mm, pipe.schedule, tuple(sorted(rr)))
         c = score(cand)
         done += 1
         if c <= cur_c or (math.isfinite(c) and rng.random() < math.exp(
