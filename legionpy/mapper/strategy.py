@@ -85,35 +85,18 @@ class StrategyMapper(DefaultMapper):
             return self.table.get(tag)
         return None
 
-    def _subset(self, task: MapperTask, domain: list[tuple], devs: tuple) -> list[int]:
-        """Devices of a launch over some of an op's points (a pipeline's
-        micro-batch, docs/pipeline.md): each color's point index in the op's
-        config (row-major tile coordinates; ``(m,)`` with a reduce split)."""
-        name, _, model_id = task.tag
-        graph, strategy = self.strategies.get(model_id, (None, None))
-        cfg = strategy[name] if strategy is not None and name in strategy else None
-        out = []
-        for color in domain:
-            c = color if isinstance(color, tuple) else (color,)
-            k = -1
-            if cfg is not None and cfg.reduce > 1 and len(c) == 1:
-                k = c[0]
-            elif cfg is not None and len(c) == len(cfg.degrees):
-                k = 0
-                for x, deg in zip(c, cfg.degrees):
-                    k = k * deg + x
-            if not 0 <= k < len(devs):
-                raise MappingError(f"launch {task.name!r} has {len(domain)} points but its "
-                                   f"strategy places {len(devs)} tiles")
-            out.append(devs[k])
-        return out
-
     def slice_task(self, task: MapperTask, domain: list[tuple]) -> list[tuple[tuple, Device]]:
         devs = self.devices_of(task.tag)
         if devs is None:
             return super().slice_task(task, domain)
-        if len(devs) != len(domain):
-            devs = self._subset(task, domain, devs)
+        if task.points is not None:  # some of the op's points (a pipeline's micro-batch)
+            if not all(0 <= k < len(devs) for k in task.points):
+                raise MappingError(f"launch {task.name!r}: points {list(task.points)} outside "
+                                   f"the {len(devs)} tiles its strategy places")
+            devs = [devs[k] for k in task.points]
+        elif len(devs) != len(domain):
+            raise MappingError(f"launch {task.name!r} has {len(domain)} points but its "
+                               f"strategy places {len(devs)} tiles")
         n = len(self.devices)
         out = []
         for p, d in zip(domain, devs):

@@ -488,6 +488,10 @@ class Runtime:
                   for c in colors]
         if not domain:
             raise LaunchError(f"index launch of {task.name!r} over an empty domain")
+        pids = options.points
+        if pids is not None and len(pids) != len(domain):
+            raise LaunchError(f"index launch of {task.name!r}: LaunchOptions.points has "
+                              f"{len(pids)} entries for {len(domain)} colors")
         rpos = [i for i, a in enumerate(args) if isinstance(a, (Region, Subregion, Partition))]
         psets = task.privileges_for(len(rpos)) if (rpos or task.privileges) else []
         for i, a in enumerate(args):
@@ -506,7 +510,7 @@ class Runtime:
         self._seq = seq + 1
         self._launches += 1
         mt = MapperTask(options.name or task.name, options.kind, options.tag, base, seq, [],
-                        None, None, domain)
+                        None, None, domain, points=pids)
         slices = self.mapper.slice_task(mt, domain)
         if len(slices) != len(domain) or {p for p, _ in slices} != set(domain):
             raise MappingError(f"slice_task of {type(self.mapper).__name__} for {task.name!r} "
@@ -529,10 +533,6 @@ class Runtime:
         futs_pos = futs_pos or None
         new_req = RegionRequirement.__new__
         point = self._point
-        pids = options.points
-        if pids is not None and len(pids) != len(domain):
-            raise LaunchError(f"index launch of {task.name!r}: LaunchOptions.points has "
-                              f"{len(pids)} entries for {len(domain)} colors")
         futs = []
         for k, color in enumerate(domain):
             a = args

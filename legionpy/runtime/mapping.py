@@ -58,15 +58,19 @@ class MapperTask:
     ``name``, ``kind`` (compute | update), ``tag``, ``op_id`` (global op id,
     deterministic), ``seq`` (how many launches came before), ``point`` and
     ``index`` (None for a single launch), ``domain`` (the colors of the index
-    launch), ``requirements`` (RegionRequirements in argument order, one per
-    privilege), ``target`` (device from select_task_options/slice_task)."""
+    launch), ``points`` (when the launch covers some points of a larger
+    space, e.g. a pipeline's micro-batch: each color's index in it, from
+    ``LaunchOptions.points``; else None), ``requirements`` (RegionRequirements
+    in argument order, one per privilege), ``target`` (device from
+    select_task_options/slice_task)."""
 
     __slots__ = ("name", "kind", "tag", "op_id", "seq", "point", "index", "domain",
-                 "requirements", "target", "_locality")
+                 "points", "requirements", "target", "_locality")
 
     def __init__(self, name: str, kind: str, tag: Any, op_id: int, seq: int,
                  requirements: list, point: tuple | None = None, index: int | None = None,
-                 domain: list | None = None, locality: Any = None) -> None:
+                 domain: list | None = None, locality: Any = None,
+                 points: tuple | None = None) -> None:
         self.name = name
         self.kind = kind
         self.tag = tag
@@ -76,6 +80,7 @@ class MapperTask:
         self.point = point
         self.index = index
         self.domain = domain
+        self.points = points
         self.target: Device | None = None
         self._locality = locality
 
