@@ -4,10 +4,13 @@ Hermetic: the suite never reads or writes the user's cache or home. Before
 legionpy is imported, everything that persists between runs is pointed at
 one fresh temporary folder per test session (``LEGIONPY_TEST_TMP`` chooses
 where it is made; `.ci/run` sets it and checks afterwards that the folder
-was used and that ``~/.cache/legionpy`` was not touched):
+was used, that ``~/.cache/legionpy`` was not touched and that nothing was
+written under the run's fresh ``$HOME/.cache``):
 
 - ``LEGIONPY_CACHE``: calibrations, measured kernel costs, search caches;
 - ``MPLCONFIGDIR``: matplotlib's font cache and config;
+- ``XDG_CACHE_HOME``: other libraries' caches (onnxruntime writes a device
+  id and a database under ``~/.cache/Microsoft`` on its first session);
 - hypothesis's example database (off: every run draws the same examples
   from its seed, not from what an earlier run found).
 
@@ -35,6 +38,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 SESSION_TMP = tempfile.mkdtemp(prefix="legionpy-tests-", dir=os.environ.get("LEGIONPY_TEST_TMP"))
 os.environ["LEGIONPY_CACHE"] = os.path.join(SESSION_TMP, "cache")
 os.environ["MPLCONFIGDIR"] = os.path.join(SESSION_TMP, "matplotlib")
+os.environ["XDG_CACHE_HOME"] = os.path.join(SESSION_TMP, "xdg-cache")
 
 try:
     from hypothesis import settings
