@@ -30,7 +30,7 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   interpreter lock's hold of a kernel
   (:func:`~legionpy.probe.overhead.measure_lock_hold`), the cores and the
   control threads; :func:`runtime_overhead` caches the result
-  per machine in ``$LEGIONPY_CACHE/overhead-v4-MACHINE.json``.
+  per machine in ``$LEGIONPY_CACHE/overhead-v5-MACHINE.json``.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def calibrate_layer_overhead(machine: Any, steps: int = 9, warmup: int = 3,
                          "period_s": real["measured_time_s"],
                          "background_cores": real.get("measured_background_cores"),
                          "control_s": real["measured_control_cpu_s"],
-                         "worker_extra_s": max(0.0, busy - kernels)})
+                         "busy_s": busy, "worker_extra_s": max(0.0, busy - kernels)})
             if verbose:
                 print(f"  calibrate {m.graph.name:<14} {sname:<6} tasks {counts['tasks']:>4} "
                       f"reqs {counts['reqs']:>5} copies {counts['copies']:>4} period "
@@ -209,10 +209,73 @@ def fit_copy_cost(ovh: RuntimeOverhead, rows: list[dict], graphs: list) -> float
     return min(COPY_GRID, key=loss)
 
 
+#: the lock's hand-over costs tried by :func:`fit_lock_terms`
+SWITCH_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0)
+#: the fractions of the regressed worker terms tried by :func:`fit_lock_terms`
+WORKER_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+
+
+def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
+                   rounds: int = 3) -> dict[str, float]:
+    """The processor-sharing terms (:mod:`legionpy.optimizer.sharing`),
+    fitted on the calibration rows with every other term fixed: the lock's
+    hand-over cost ``gil_switch`` (:data:`SWITCH_GRID`), ``copy_s``
+    (:data:`COPY_GRID`) and the fraction of the regressed worker terms that
+    is the workers' own Python work (:data:`WORKER_GRID`; the regression's
+    dependent variable, the devices' measured busy time less their kernels,
+    also holds the time the workers waited for the lock, which the sharing
+    model now produces itself). The loss is the squared log error of each
+    row's simulated period and of its devices' busy time (each row at its
+    measured background load); coordinate descent over the three grids,
+    ``rounds`` times. Returns ``{"gil_switch", "copy_s", "task_s",
+    "req_task_s", "loss"}``."""
+    from dataclasses import replace
+
+    from ..optimizer.fidelity import simulate_with_runtime
+
+    sims = []
+    for r, (tg, graph) in zip(rows, graphs):
+        sims.append((r, tg, graph))
+    cur = {"gil_switch": ovh.gil_switch, "copy_s": ovh.copy_s, "worker": 1.0}
+    memo: dict[tuple, float] = {}
+
+    def loss(c: dict) -> float:
+        k = (c["gil_switch"], c["copy_s"], c["worker"])
+        if k in memo:
+            return memo[k]
+        o = replace(ovh, gil_switch=c["gil_switch"], copy_s=c["copy_s"],
+                    task_s=ovh.task_s * c["worker"], req_task_s=ovh.req_task_s * c["worker"])
+        err = 0.0
+        for r, tg, graph in sims:
+            out = simulate_with_runtime(tg, o.under_load(r.get("background_cores")), graph,
+                                        pipelined=True)
+            err += float(np.log(max(out["iteration_time_s"], 1e-9)
+                                / max(r["period_s"], 1e-9))) ** 2
+            if r.get("busy_s"):
+                busy = sum(out["per_device_busy_s"].values())
+                err += float(np.log(max(busy, 1e-9) / max(r["busy_s"], 1e-9))) ** 2
+        memo[k] = err
+        return err
+
+    grids = {"worker": WORKER_GRID, "gil_switch": SWITCH_GRID, "copy_s": COPY_GRID}
+    if not any(r.get("copies", 0) > 0 for r in rows):
+        grids["copy_s"] = (0.0,)
+        cur["copy_s"] = 0.0
+    for _ in range(rounds):
+        before = dict(cur)
+        for name, grid in grids.items():
+            cur[name] = min(grid, key=lambda v: loss({**cur, name: v}))
+        if cur == before:
+            break
+    return {"gil_switch": cur["gil_switch"], "copy_s": cur["copy_s"],
+            "task_s": ovh.task_s * cur["worker"], "req_task_s": ovh.req_task_s * cur["worker"],
+            "loss": loss(cur)}
+
+
 def _overhead_path(machine_name: str) -> str:
 
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", machine_name)
-    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v4-{safe}.json")
+    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v5-{safe}.json")
 
 
 def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
@@ -237,14 +300,21 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
                           intensity_mem=conc["intensity_mem"], cores=cores,
                           control_threads=ranks, source="layer-api", machine=machine.name,
                           gil_kernel_s=lock["gil_kernel_s"], calibration=calib, **figures)
-    ovh.copy_s = bcast_root(fit_copy_cost(ovh, calib["rows"], graphs))
+    if ovh.gil_kernel_s is not None and ovh.cores > 0:
+        fit = bcast_root(fit_lock_terms(ovh, calib["rows"], graphs))
+        calib["lock_fit_loss"] = fit.pop("loss")
+        calib["worker_regressed"] = {"task_s": ovh.task_s, "req_task_s": ovh.req_task_s}
+        for k, v in fit.items():
+            setattr(ovh, k, v)
+    else:
+        ovh.copy_s = bcast_root(fit_copy_cost(ovh, calib["rows"], graphs))
     return ovh
 
 
 def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
                      verbose: bool = False) -> RuntimeOverhead:
     """The runtime's overhead on this machine, cached per machine name in
-    ``$LEGIONPY_CACHE/overhead-v4-NAME.json`` (``overhead-v4-empty-NAME.json``
+    ``$LEGIONPY_CACHE/overhead-v5-NAME.json`` (``overhead-v5-empty-NAME.json``
     for ``source="empty"``); collective under MPI. ``source``: ``"layer"``
     (default, :func:`calibrated_overhead`) or ``"empty"``
     (:func:`measure_runtime_overhead`, empty tasks, no CPU model)."""

@@ -49,18 +49,28 @@ stretched by the measured slowdown of a GEMM / a memory-bound stream run on
 every device at once (interpolated by arithmetic intensity), unless the
 cost model is ``"contended"`` (kernels profiled with the other devices
 busy). The figures are cached per machine in
-``$LEGIONPY_CACHE/overhead-v4-MACHINE.json``.
+``$LEGIONPY_CACHE/overhead-v5-MACHINE.json``.
 
-The interpreter lock is also a scheduled resource (issue 26), one per
-process (``control_threads`` processes, devices numbered rank-major): a
-task holds its process's lock for its worker overhead, the first
-``gil_kernel_s`` of its kernel (numpy's dispatch; its loops release the
-lock; measured by :func:`legionpy.probe.overhead.measure_lock_hold`) and,
-pipelined, the control thread's launch of it; a task waits for the lock
-before it starts. Without it two devices in one process were predicted to
-overlap their Python work, which they cannot: per-time-step RNN tasks and
-small data-parallel steps came out 20-50% low. ``gil_kernel_s`` None turns
-the lock schedule off (only the ``gil_bound_s`` bound remains).
+The interpreter lock and the cores are *processor-shared* (issue 26,
+:mod:`.sharing`): every device and link is a thread of its process (devices
+numbered rank-major, ``control_threads`` processes), a task's Python work
+-- its worker overhead, the first ``gil_kernel_s`` of its kernel (numpy's
+dispatch and small loops; larger loops release the lock; measured by
+:func:`legionpy.probe.overhead.measure_lock_hold`) and a copy's ``copy_s``
+-- is interleaved with the rest of it, and the running threads of one
+process share its lock max-min fairly, its control thread (``control_s``
+of every task, pipelined from the step's start) included; a contended lock
+loses ``gil_switch`` of its time to hand-overs (calibrated on the synthetic
+models); all threads share ``cores``. So two Python-bound tasks of one
+process take twice as long side by side, and of two processes (``mpirun``)
+as long as alone. Each device and link stays FIFO in order of readiness:
+the task graph and every resource's order are the simulator's, only the
+durations stretch. The previous model -- a task held the lock for one
+stretch before it started -- let the tasks' Python work overlap the
+other's numpy calls, which release the lock only to wait to get it back:
+one-process steps came out 25-35% low. ``gil_kernel_s`` None (or ``cores``
+0) turns the sharing off: a plain list schedule (only the ``gil_bound_s``
+bound remains).
 
 :func:`kendall_tau` is Kendall's tau-b (ties handled), for the rank order
 of strategies in ``bench/fidelity.py``.
@@ -155,6 +165,11 @@ class RuntimeOverhead:
     #: it) and, pipelined, the control thread's launch of it. None: no lock
     #: schedule (only the ``gil_bound_s`` bound)
     gil_kernel_s: float | None = None
+    #: the lock's hand-over cost under contention (with ``gil_kernel_s``): a
+    #: process's lock delivers ``1 / (1 + gil_switch)`` seconds of Python work
+    #: per second while two or more of its threads want it (calibrated on the
+    #: synthetic models, :func:`legionpy.measure.calibration.fit_lock_terms`)
+    gil_switch: float = 0.0
     #: "layer-api" (calibrated on synthetic models) or "empty-tasks"
     source: str = "empty-tasks"
     machine: str = ""
@@ -355,36 +370,58 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     dur = [t["duration_s"] + overhead.copy_s if t["kind"] == "copy"
            else t["duration_s"] * scale[i] + overhead.worker_s(reqs[i])
            for i, t in enumerate(tasks)]
+    # the interpreter lock and the cores, processor-shared (issue 26, optimizer/sharing.py)
+    locks = overhead.gil_kernel_s is not None and overhead.cores > 0
+    if locks:
+        end, starts, ctl_end = _shared_schedule(tasks, succs, dur, scale, reqs, issued,
+                                                overhead, pipelined, clock)
+        busy = {}  # wall seconds, stretched by the sharing (as a trace measures them)
+        for i, t in enumerate(tasks):
+            busy[t["device"]] = busy.get(t["device"], 0.0) + end[i] - starts[i]
+        wait = [end[i] - starts[i] - dur[i] for i in range(n)]
+    else:
+        end, starts, busy, wait = _list_schedule(tasks, preds, succs, dur,
+                                                 [0.0] * n if pipelined else list(issued))
+        ctl_end = clock
+    devices = {t["device"] for t in tasks if t["kind"] != "copy"}
+    sched = max(end, default=0.0)
+    # the cores are shared by the devices' workers, the links and the control threads
+    cpu = ((sum(dur) + overhead.control_threads * clock) / overhead.cores
+           if overhead.cores > 0 else 0.0)
+    # one interpreter lock per process: its control thread and its workers' Python
+    # work around the kernels (the devices' share of this process) run one at a time
+    py = sum(dur[i] - tasks[i]["duration_s"] * scale[i]
+             for i in range(n) if tasks[i]["kind"] != "copy")
+    gil = clock + py / max(1, overhead.control_threads) if overhead.cores > 0 else 0.0
+    it = max(sched, ctl_end) if pipelined else sched
+    # fewer than one core left to the job (a loaded machine): every serial chain
+    # runs at that fraction of a core's speed (processor sharing has it already)
+    slow = 1.0 / min(1.0, overhead.cores) if overhead.cores > 0 and not locks else 1.0
+    it = it * slow
+    gil = gil / min(1.0, overhead.cores) if overhead.cores > 0 else gil
+    return {"iteration_time_s": max(it, cpu, gil), "gil_bound_s": gil,
+            "per_device_busy_s": {d: busy.get(d, 0.0) for d in sorted(devices)},
+            "control_busy_s": clock, "schedule_s": sched, "cpu_bound_s": cpu,
+            "task_start_s": starts, "task_end_s": end,
+            "lock_wait_s": sum(wait)}
+
+
+def _list_schedule(tasks: list[dict], preds: list, succs: list, dur: list,
+                   ready: list) -> tuple:
+    """The simulator's event rule with fixed durations: FIFO per resource in
+    order of readiness, ties by id. Returns (end, start, busy, wait)."""
+    n = len(tasks)
     waiting = [len(p) for p in preds]
-    ready = [0.0] * n if pipelined else list(issued)
     heap = [(ready[i], i) for i in range(n) if waiting[i] == 0]
     heapq.heapify(heap)
     free: dict[str, float] = {}
     busy: dict[str, float] = {}
     end = [0.0] * n
     done = 0
-    # the interpreter lock as a scheduled resource, one per process (issue 26)
-    locks = overhead.gil_kernel_s is not None and overhead.cores > 0
-    proc = _processes(tasks, overhead.control_threads) if locks else {}
-    held: dict[int, float] = {}  # when each process's lock is next free
-    wait = [0.0] * n  # seconds a task waited for its lock
     while heap:
         r, i = heapq.heappop(heap)
         res = tasks[i]["device"]
         start = max(r, free.get(res, 0.0))
-        if locks and res in proc:
-            # the task's Python work -- its worker overhead, the part of its
-            # kernel numpy runs holding the lock and, pipelined, the control
-            # thread's issue of the next step's same task -- holds its
-            # process's lock; the rest of the kernel runs beside it
-            p = proc[res]
-            kern = tasks[i]["duration_s"] * scale[i]
-            hold = (dur[i] - kern) + min(kern, overhead.gil_kernel_s) \
-                + (overhead.control_s(reqs[i]) if pipelined else 0.0)
-            at = max(start, held.get(p, 0.0))
-            wait[i] = at - start
-            held[p] = at + hold
-            start = at
         end[i] = start + dur[i]
         free[res] = end[i]
         busy[res] = busy.get(res, 0.0) + dur[i]
@@ -396,26 +433,47 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
                 heapq.heappush(heap, (ready[s], s))
     if done != n:
         raise ValueError(f"task graph has a cycle: {n - done} of {n} tasks never ran")
-    devices = {t["device"] for t in tasks if t["kind"] != "copy"}
-    sched = max(end, default=0.0)
-    # the cores are shared by the devices' workers, the links and the control threads
-    cpu = ((sum(busy.values()) + overhead.control_threads * clock) / overhead.cores
-           if overhead.cores > 0 else 0.0)
-    # one interpreter lock per process: its control thread and its workers' Python
-    # work around the kernels (the devices' share of this process) run one at a time
-    py = sum(dur[i] - tasks[i]["duration_s"] * scale[i]
-             for i in range(n) if tasks[i]["kind"] != "copy")
-    gil = clock + py / max(1, overhead.control_threads) if overhead.cores > 0 else 0.0
-    it = max(sched, clock) if pipelined else sched
-    # fewer than one core left to the job (a loaded machine): every serial chain
-    # runs at that fraction of a core's speed
-    slow = 1.0 / min(1.0, overhead.cores) if overhead.cores > 0 else 1.0
-    it, gil = it * slow, gil * slow
-    return {"iteration_time_s": max(it, cpu, gil), "gil_bound_s": gil,
-            "per_device_busy_s": {d: busy.get(d, 0.0) for d in sorted(devices)},
-            "control_busy_s": clock, "schedule_s": sched, "cpu_bound_s": cpu,
-            "task_start_s": [end[i] - dur[i] for i in range(n)], "task_end_s": end,
-            "lock_wait_s": sum(wait)}
+    return end, [end[i] - dur[i] for i in range(n)], busy, [0.0] * n
+
+
+def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list, reqs: list,
+                     issued: list, overhead: RuntimeOverhead, pipelined: bool,
+                     clock: float) -> tuple:
+    """:func:`~legionpy.optimizer.sharing.share_schedule` of the tasks (module
+    doc): a task's Python work is its worker overhead and the first
+    ``gil_kernel_s`` of its kernel (a copy's: ``copy_s``); the control
+    thread of every process runs ``clock`` seconds of Python from the
+    step's start. Returns (end, start, control end)."""
+    from .sharing import share_schedule
+
+    n = len(tasks)
+    proc = _processes(tasks, overhead.control_threads)
+    g = overhead.gil_kernel_s or 0.0
+    procs, python, weight = [], [], []
+    for i, t in enumerate(tasks):
+        procs.append(_process_of(t["device"], proc))
+        weight.append(1.0)
+        if t["kind"] == "copy" and "->" in t["device"]:
+            dst = proc.get(t["device"].split("->")[1].split("/")[0], procs[-1])
+            if dst != procs[-1]:
+                # between two processes: both ranks' link threads wait on the
+                # transfer (spinning, then napping: runtime/mpi.py), using
+                # cores, not the lock, beyond the send's dispatch
+                weight[-1] = 2.0
+                python.append(min(1.0, min(dur[i], g) / dur[i]) if dur[i] > 0 else 0.0)
+                continue
+        if t["kind"] == "copy":
+            py = overhead.copy_s + min(t["duration_s"], g)
+        else:
+            kern = t["duration_s"] * scale[i]
+            py = dur[i] - kern + min(kern, g)
+        python.append(min(1.0, py / dur[i]) if dur[i] > 0 else 0.0)
+    ranks = max(1, overhead.control_threads)
+    r = share_schedule([t["device"] for t in tasks], procs, dur, python,
+                       [0.0] * n if pipelined else list(issued), succs,
+                       cores=overhead.cores, switch=overhead.gil_switch,
+                       control=[clock] * ranks, weight=weight)
+    return r["end"], r["start"], max(r["control_end"], default=0.0)
 
 
 def _processes(tasks: list[dict], control_threads: int) -> dict[str, int]:
@@ -425,6 +483,24 @@ def _processes(tasks: list[dict], control_threads: int) -> dict[str, int]:
                    key=lambda d: (len(re.sub(r"\D", "", d)), re.sub(r"\D", "", d), d))
     per = max(1, -(-len(names) // max(1, control_threads)))
     return {d: k // per for k, d in enumerate(names)}
+
+
+def _process_of(resource: str, proc: dict[str, int]) -> int:
+    """The process whose thread runs ``resource``: a device's; a link
+    ``A->B``'s source's (its sender); a communicator ``comm:...``'s first
+    member's (by device number)."""
+    if resource in proc:
+        return proc[resource]
+    if "->" in resource:
+        return proc.get(resource.split("->")[0], 0)
+    if resource.startswith("comm:"):
+        first = re.match(r"comm:(\d+)", resource)
+        if first is not None:
+            k = int(first.group(1))
+            for d, p in proc.items():
+                if re.sub(r"\D", "", d) == str(k):
+                    return p
+    return 0
 
 
 def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any = "measured",

@@ -309,7 +309,7 @@ def _seed_overhead(cache) -> None:
     ovh = RuntimeOverhead(launch_s=2e-5, copy_launch_s=5e-6, task_s=5e-5, step_s=1e-4,
                           cores=2, source="layer-api", machine="local:2")
     os.makedirs(cache, exist_ok=True)
-    (cache / "overhead-v4-local_2.json").write_text(json.dumps(ovh.to_dict()))
+    (cache / "overhead-v5-local_2.json").write_text(json.dumps(ovh.to_dict()))
 
 
 @pytest.mark.parametrize("strategy", ["data", "model"])
@@ -398,28 +398,66 @@ def _two_parallel_tasks():
                        "duration_s": 1.0, "bytes": 0}], "deps": []}
 
 
-def test_the_interpreter_lock_serialises_a_process_s_python_work_by_hand():
+def test_the_interpreter_lock_is_shared_by_a_process_s_threads_by_hand():
+    """Processor sharing (optimizer/sharing.py): two Python-bound tasks of one
+    process take ~2x as long as one; in two processes (a lock each) ~1x."""
     tg = _two_parallel_tasks()
     base = dict(cores=8, task_s=0.1)
-    # no lock schedule: both tasks (1 s kernel + 0.1 s worker) run side by side
+    # no lock model: both tasks (1 s kernel + 0.1 s worker) run side by side
     r = simulate_with_runtime(tg, RuntimeOverhead(**base), None)
-    assert r["schedule_s"] == pytest.approx(1.1) and "lock_wait_s" in r
-    # one process: each task holds the lock 0.1 + min(1, 0.2) s; the second waits for it
-    one = RuntimeOverhead(gil_kernel_s=0.2, **base)
+    assert r["schedule_s"] == pytest.approx(1.1) and r["lock_wait_s"] == 0.0
+    # one process, kernels all Python (gil_kernel_s >= the kernel): the lock is
+    # time-shared, each task runs at half speed, both end at 2.2 s
+    one = RuntimeOverhead(gil_kernel_s=5.0, **base)
     r = simulate_with_runtime(tg, one, None)
-    assert r["lock_wait_s"] == pytest.approx(0.3)
-    assert r["schedule_s"] == pytest.approx(1.4)
-    # pipelined, the control thread's launch of each task holds the lock too
-    r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=0.2, launch_s=0.05, **base),
+    assert r["task_end_s"] == pytest.approx([2.2, 2.2])
+    assert r["lock_wait_s"] == pytest.approx(2.2) and r["schedule_s"] == pytest.approx(2.2)
+    assert r["per_device_busy_s"] == pytest.approx({"cpu0": 2.2, "cpu1": 2.2})
+    # two processes (mpirun -n 2, one device each): a lock each, ~1x
+    r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=5.0, control_threads=2, **base),
+                              None)
+    assert r["schedule_s"] == pytest.approx(1.1) and r["lock_wait_s"] == pytest.approx(0.0)
+    # ... unless the cores are short: 2.2 s of work on one core
+    r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=5.0, control_threads=2,
+                                                  cores=1, task_s=0.1), None)
+    assert r["schedule_s"] == pytest.approx(2.2)
+    # kernels that release the lock (0.2 s of each held): 0.3 of 1.1 s is Python
+    # per task, 0.55 of the lock for both: no slowdown
+    r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=0.2, **base), None)
+    assert r["schedule_s"] == pytest.approx(1.1)
+    # the hand-over cost: a contended lock delivers 1 / (1 + 0.5) of its time
+    r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=5.0, gil_switch=0.5, **base),
+                              None)
+    assert r["schedule_s"] == pytest.approx(3.3)
+    # pipelined, the control thread's 0.1 s of Python shares the lock too: the
+    # three threads run at 1/3 until it is done (0.3 s), then the tasks at 1/2
+    r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=5.0, launch_s=0.05, **base),
                               None, pipelined=True)
-    assert r["lock_wait_s"] == pytest.approx(0.35)
-    # two processes (mpirun -n 2, one device each): a lock each, no waiting
-    r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=0.2, control_threads=2,
-                                                  **base), None)
-    assert r["lock_wait_s"] == 0.0 and r["schedule_s"] == pytest.approx(1.1)
-    # without the CPU model (cores 0) there is no lock schedule
+    assert r["schedule_s"] == pytest.approx(0.3 + 2 * (1.1 - 0.1))
+    # without the CPU model (cores 0) there is no sharing
     r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=0.2, task_s=0.1), None)
-    assert r["lock_wait_s"] == 0.0
+    assert r["lock_wait_s"] == 0.0 and r["schedule_s"] == pytest.approx(1.1)
+
+
+def test_sharing_keeps_each_resource_fifo_and_the_list_schedule_without_python():
+    """With no Python work and no core limit the processor-sharing schedule is
+    the plain list schedule (FIFO per resource in order of readiness)."""
+    from legionpy.optimizer.fidelity import _list_schedule
+    from legionpy.optimizer.sharing import share_schedule
+
+    res = ["a", "a", "b", "a", "b"]
+    work = [1.0, 0.5, 0.7, 0.2, 0.3]
+    succs = [[2, 3], [], [4], [], []]
+    tasks = [{"device": d} for d in res]
+    preds = [[], [], [0], [0], [2]]
+    end, start, _, _ = _list_schedule(tasks, preds, succs, work, [0.0] * 5)
+    r = share_schedule(res, [0] * 5, work, [0.0] * 5, [0.0] * 5, succs)
+    assert r["end"] == pytest.approx(end) and r["start"] == pytest.approx(start)
+    # all Python, one process: a runs 0, 1, 3 in order; 1 and 2 share the lock
+    # from 1.0 (half speed), then 3 and the rest of 2; 4 runs alone
+    r = share_schedule(res, [0] * 5, work, [1.0] * 5, [0.0] * 5, succs, cores=2)
+    assert r["start"] == pytest.approx([0.0, 1.0, 1.0, 2.0, 2.4])
+    assert r["end"] == pytest.approx([1.0, 2.0, 2.4, 2.4, 2.7])
 
 
 def test_dotted_op_names_get_their_requirements():

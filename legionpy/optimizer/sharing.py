@@ -1,0 +1,196 @@
+"""Processor sharing of the interpreter lock and the cores (issue 26).
+
+The local machine model's re-scheduler
+(:func:`legionpy.optimizer.fidelity.simulate_with_runtime`) runs the
+simulator's task graph on threads: one per device and per link (the
+runtime's FIFO queue workers, runtime/scheduler.py) and one control thread
+per process. Python threads of one process share its interpreter lock
+(GIL), and every thread shares the machine's cores. A numpy-heavy task does
+not hold the lock for one stretch: every numpy call takes it for its
+dispatch (and, for a small array, its whole loop) and gives it up for the
+loop, so two tasks of one process *interleave* their Python work at a fine
+grain -- the lock is time-shared, and every hand-over between threads costs
+a wake-up (the convoy effect: Beazley, "Understanding the Python GIL",
+PyCon 2010; CPython's ``ceval_gil.h``). One stretch held before the task
+starts, the previous model, cannot capture that: a task's wall time in one
+process was measured at 2.5-2.8x its kernel plus its worker cost.
+
+This module schedules the graph as a fluid (processor-sharing) system, the
+model of time-shared resources since Kleinrock (1967) and of CPU sharing in
+cluster simulators (e.g. SimGrid's max-min fair sharing, Casanova et al.,
+JPDC 2014):
+
+* each running task (or control thread) ``j`` has ``work`` seconds to do at
+  full speed, a fraction ``a_j`` of it Python (needs its process's lock),
+  the rest free (numpy loops that release it), interleaved evenly;
+* it progresses at rate ``x_j <= 1``. Per process, the lock's seconds are
+  shared max-min fairly: ``sum_j a_j x_j <= capacity``, every thread gets
+  the same lock share ``lam`` unless it needs less (``a_j < lam``: it then
+  runs at full speed); the capacity is 1, or ``1 / (1 + switch)`` while two
+  or more threads of the process want the lock (the hand-over cost,
+  calibrated on synthetic models: ``RuntimeOverhead.gil_switch``);
+* all threads of all processes share ``cores``: when the rates add up to
+  more, each is scaled down alike (0: no core limit);
+* rates change only when a task starts or ends; between those events each
+  thread's remaining work falls linearly.
+
+Each device and link stays a FIFO resource (its ready tasks start in order
+of readiness, ties by id: the simulator's rule), so the task graph and every
+resource's order are the simulator's; only the durations stretch. With
+every ``a_j = 0`` and no core limit it is the plain list schedule.
+
+>>> # two tasks of 1 s, all Python, on two devices of ONE process: ~2 s each
+>>> r = share_schedule(["cpu0", "cpu1"], [0, 0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0],
+...                    [[], []], cores=2)
+>>> [round(e, 6) for e in r["end"]]
+[2.0, 2.0]
+>>> # the same in two processes (a lock each): 1 s each
+>>> r = share_schedule(["cpu0", "cpu1"], [0, 1], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0],
+...                    [[], []], cores=2)
+>>> [round(e, 6) for e in r["end"]]
+[1.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+__all__ = ["share_schedule", "share_rates"]
+
+_EPS = 1e-15
+
+
+def share_rates(threads: Sequence[tuple], cores: float,
+                switch: float = 0.0) -> list[float]:
+    """Progress rates of running threads ``(process, python fraction[,
+    cores used])`` (module doc): max-min fair shares of each process's lock,
+    capacity ``1 / (1 + switch)`` when two or more of its threads want it,
+    then the cores (``cores`` <= 0: unlimited) shared alike, a thread using
+    ``cores used`` (default 1) of them at full speed.
+
+    >>> share_rates([(0, 1.0), (0, 1.0)], cores=0)
+    [0.5, 0.5]
+    >>> share_rates([(0, 1.0), (0, 0.25)], cores=0)    # the light one keeps full speed
+    [0.75, 1.0]
+    >>> share_rates([(0, 0.0), (1, 0.0), (1, 0.0)], cores=2)   # 3 free threads, 2 cores
+    [0.6666666666666666, 0.6666666666666666, 0.6666666666666666]
+    """
+    x = [1.0] * len(threads)
+    by_proc: dict[int, list[int]] = {}
+    for j, th in enumerate(threads):
+        p, a = th[0], th[1]
+        if a > 0:
+            by_proc.setdefault(p, []).append(j)
+    for js in by_proc.values():
+        cap = 1.0 if len(js) < 2 else 1.0 / (1.0 + switch)
+        need = [threads[j][1] for j in js]
+        if sum(need) <= cap:
+            continue
+        # water-filling: the lock share lam with sum(min(a_j, lam)) == cap
+        order = sorted(range(len(js)), key=lambda k: need[k])
+        left, rest = cap, len(js)
+        lam = 0.0
+        for k in order:
+            if need[k] * rest <= left:
+                left -= need[k]
+                rest -= 1
+            else:
+                lam = left / rest
+                break
+        for k, j in enumerate(js):
+            if need[k] > lam:
+                x[j] = lam / need[k]
+    if cores > 0:
+        tot = sum(v * (th[2] if len(th) > 2 else 1.0) for v, th in zip(x, threads))
+        if tot > cores:
+            f = cores / tot
+            x = [v * f for v in x]
+    return x
+
+
+def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float],
+                   python: Sequence[float], ready: Sequence[float],
+                   succs: Sequence[Sequence[int]], cores: float = 0.0, switch: float = 0.0,
+                   control: Sequence[float] = (), weight: Sequence[float] | None = None
+                   ) -> dict:
+    """Schedule tasks on FIFO resources under processor sharing (module doc).
+
+    ``res[i]``: task i's resource (a thread), ``proc[i]``: its process,
+    ``work[i]``: seconds at full speed, ``python[i]``: the fraction of them
+    that holds the lock, ``ready[i]``: the earliest start (its issue),
+    ``succs[i]``: the tasks that wait for it. ``control[p]``: seconds of
+    all-Python work of process p's control thread, running from time 0.
+    ``weight[i]``: the cores task i keeps busy at full speed (default 1; a
+    copy between two processes: its sender and its receiver, both waiting
+    on the transfer, runtime/mpi.py ``Cluster.wait``). Returns ``{"start",
+    "end"}`` per task and ``"control_end"`` per process.
+    """
+    n = len(res)
+    preds = [0] * n
+    for s in succs:
+        for t in s:
+            preds[t] += 1
+    arrivals: list[tuple[float, int]] = [(ready[i], i) for i in range(n) if preds[i] == 0]
+    heapq.heapify(arrivals)
+    queues: dict[str, list[tuple[float, int]]] = {}
+    busy: set[str] = set()
+    start = [0.0] * n
+    end = [0.0] * n
+    # running threads: key -> [remaining work, process, python fraction, task id or -1 - p]
+    running: dict[object, list] = {}
+    for p, c in enumerate(control):
+        if c > 0:
+            running[("control", p)] = [c, p, 1.0, -1 - p, 1.0]
+    control_end = [0.0] * len(control)
+    t = 0.0
+    done = 0
+    rates: list[float] = []
+    keys: list = []
+    dirty = True
+    while done < n or running:
+        # tasks whose inputs are ready by now join their resources' queues
+        while arrivals and arrivals[0][0] <= t:
+            r, i = heapq.heappop(arrivals)
+            heapq.heappush(queues.setdefault(res[i], []), (r, i))
+        for name, q in queues.items():
+            if q and name not in busy:
+                _, i = heapq.heappop(q)
+                busy.add(name)
+                start[i] = t
+                running[name] = [work[i], proc[i], python[i], i,
+                                 1.0 if weight is None else weight[i]]
+                dirty = True
+        if dirty:
+            keys = list(running)
+            rates = share_rates([(running[k][1], running[k][2], running[k][4]) for k in keys],
+                                cores, switch)
+            dirty = False
+        nxt = arrivals[0][0] if arrivals else float("inf")
+        dt = nxt - t
+        for k, x in zip(keys, rates):
+            if x > 0:
+                dt = min(dt, running[k][0] / x)
+        if dt == float("inf"):
+            raise ValueError(f"task graph has a cycle: {n - done} of {n} tasks never ran")
+        t += dt
+        finished = []
+        for k, x in zip(keys, rates):
+            rem = running[k][0] - x * dt
+            running[k][0] = rem
+            if rem <= _EPS * max(1.0, t):
+                finished.append(k)
+        for k in finished:
+            i = running.pop(k)[3]
+            dirty = True
+            if i < 0:
+                control_end[-1 - i] = t
+                continue
+            end[i] = t
+            done += 1
+            busy.discard(res[i])
+            for s in succs[i]:
+                preds[s] -= 1
+                if preds[s] == 0:
+                    heapq.heappush(arrivals, (max(ready[s], t), s))
+    return {"start": start, "end": end, "control_end": control_end}
