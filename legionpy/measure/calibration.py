@@ -67,7 +67,11 @@ __all__ = ["calibration_models", "calibrate_layer_overhead", "calibrated_overhea
 CALIBRATION_MODELS = (("mlp", {"depth": 2}), ("mlp", {"depth": 6}), ("mlp", {"depth": 12}),
                       ("mlp", {"depth": 6, "split_act": True}),
                       ("conv", {"depth": 2}), ("conv", {"depth": 4}),
-                      ("lstm", {"steps": 3}), ("lstm", {"steps": 6, "layers": 2}))
+                      ("lstm", {"steps": 3}), ("lstm", {"steps": 6, "layers": 2}),
+                      # wider ones, whose kernels (0.05-1 ms) release the interpreter
+                      # lock for part of their time: they identify gil_kernel_s
+                      ("mlp", {"depth": 3, "width": 384, "batch": 128}),
+                      ("conv", {"depth": 2, "batch": 32, "channels": 8, "size": 16}))
 
 
 CALIBRATION_STRATEGIES = ("data", "model")
@@ -75,7 +79,8 @@ CALIBRATION_STRATEGIES = ("data", "model")
 
 def _mlp(depth: int, split_act: bool = False, width: int = 8, batch: int = 8) -> Any:
 
-    m = nn.Model(batch_size=batch, name=f"calib_mlp{depth}{'a' if split_act else ''}")
+    wide = "w" if width != 8 else ""
+    m = nn.Model(batch_size=batch, name=f"calib_mlp{depth}{'a' if split_act else ''}{wide}")
     t = m.input((width,))
     for i in range(depth):
         if split_act:
@@ -86,12 +91,13 @@ def _mlp(depth: int, split_act: bool = False, width: int = 8, batch: int = 8) ->
     return m
 
 
-def _conv(depth: int, batch: int = 8) -> Any:
+def _conv(depth: int, batch: int = 8, channels: int = 2, size: int = 6) -> Any:
 
-    m = nn.Model(batch_size=batch, name=f"calib_conv{depth}")
-    t = m.input((2, 6, 6))
+    wide = "w" if channels != 2 else ""
+    m = nn.Model(batch_size=batch, name=f"calib_conv{depth}{wide}")
+    t = m.input((2, size, size))
     for i in range(depth):
-        t = m.conv2d(t, 2, 3, padding=1, activation="relu", name=f"c{i}")
+        t = m.conv2d(t, channels, 3, padding=1, activation="relu", name=f"c{i}")
     t = m.pool2d(t, 2, name="pool")
     m.softmax(m.dense(m.flat(t, name="flat"), 4, name="out"))
     return m
@@ -211,8 +217,13 @@ def fit_copy_cost(ovh: RuntimeOverhead, rows: list[dict], graphs: list) -> float
 
 #: the lock's hand-over costs tried by :func:`fit_lock_terms`
 SWITCH_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0)
+#: the worker threads' wake-up times tried by :func:`fit_lock_terms`, seconds
+WAKE_GRID = (0.0, 1e-5, 2e-5, 3e-5, 4e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4)
 #: the fractions of the regressed worker terms tried by :func:`fit_lock_terms`
-WORKER_GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+WORKER_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2)
+#: the seconds of a kernel that hold the lock tried by :func:`fit_lock_terms`
+#: (besides the probe's figure; 1 s: every kernel whole)
+GIL_GRID = (2e-5, 5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4, 5e-4, 1e-3, 1.0)
 
 
 def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
@@ -236,14 +247,16 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
     sims = []
     for r, (tg, graph) in zip(rows, graphs):
         sims.append((r, tg, graph))
-    cur = {"gil_switch": ovh.gil_switch, "copy_s": ovh.copy_s, "worker": 1.0}
+    cur = {"gil_switch": ovh.gil_switch, "copy_s": ovh.copy_s, "worker": 1.0,
+           "wake_s": ovh.wake_s, "gil_kernel_s": ovh.gil_kernel_s}
     memo: dict[tuple, float] = {}
 
     def loss(c: dict) -> float:
-        k = (c["gil_switch"], c["copy_s"], c["worker"])
+        k = (c["gil_switch"], c["copy_s"], c["worker"], c["wake_s"], c["gil_kernel_s"])
         if k in memo:
             return memo[k]
-        o = replace(ovh, gil_switch=c["gil_switch"], copy_s=c["copy_s"],
+        o = replace(ovh, gil_switch=c["gil_switch"], copy_s=c["copy_s"], wake_s=c["wake_s"],
+                    gil_kernel_s=c["gil_kernel_s"],
                     task_s=ovh.task_s * c["worker"], req_task_s=ovh.req_task_s * c["worker"])
         err = 0.0
         for r, tg, graph in sims:
@@ -257,7 +270,9 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
         memo[k] = err
         return err
 
-    grids = {"worker": WORKER_GRID, "gil_switch": SWITCH_GRID, "copy_s": COPY_GRID}
+    grids = {"worker": WORKER_GRID, "gil_switch": SWITCH_GRID, "wake_s": WAKE_GRID,
+             "copy_s": COPY_GRID,
+             "gil_kernel_s": tuple(sorted({*GIL_GRID, ovh.gil_kernel_s}))}
     if not any(r.get("copies", 0) > 0 for r in rows):
         grids["copy_s"] = (0.0,)
         cur["copy_s"] = 0.0
@@ -267,7 +282,8 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
             cur[name] = min(grid, key=lambda v: loss({**cur, name: v}))
         if cur == before:
             break
-    return {"gil_switch": cur["gil_switch"], "copy_s": cur["copy_s"],
+    return {"gil_switch": cur["gil_switch"], "copy_s": cur["copy_s"], "wake_s": cur["wake_s"],
+            "gil_kernel_s": cur["gil_kernel_s"],
             "task_s": ovh.task_s * cur["worker"], "req_task_s": ovh.req_task_s * cur["worker"],
             "loss": loss(cur)}
 
@@ -285,7 +301,15 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     the control threads. Collective under MPI."""
 
     rt = get_runtime()
-    figures = calibrate_layer_overhead(machine, verbose=verbose)
+    # the kernels as predictions time them (legionpy.measure.fidelity.LOCAL_COST):
+    # with the other devices busy, so the lock's share of them is fitted on the
+    # same figures; GPU devices keep the isolated profile
+    cost: Any = "measured"
+    if machine.devices and all(d.kind == "cpu" for d in machine.devices):
+        from ..optimizer.calibration import ContendedCostModel
+
+        cost = ContendedCostModel.local(len(machine.devices))
+    figures = calibrate_layer_overhead(machine, verbose=verbose, cost=cost)
     graphs = figures.pop("taskgraphs")
     conc = measure_kernel_concurrency()
     lock = measure_lock_hold()

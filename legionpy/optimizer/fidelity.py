@@ -170,6 +170,13 @@ class RuntimeOverhead:
     #: per second while two or more of its threads want it (calibrated on the
     #: synthetic models, :func:`legionpy.measure.calibration.fit_lock_terms`)
     gil_switch: float = 0.0
+    #: seconds a device's or link's worker thread takes to wake up when a task
+    #: arrives at its idle queue (with ``gil_kernel_s``; calibrated likewise)
+    wake_s: float = 0.0
+    #: who gets a contended lock: ``"fcfs"`` (the thread that has held it
+    #: longest keeps it while it has work: the convoy) or ``"fair"`` (max-min
+    #: fair shares), :mod:`.sharing`
+    gil_order: str = "fcfs"
     #: "layer-api" (calibrated on synthetic models) or "empty-tasks"
     source: str = "empty-tasks"
     machine: str = ""
@@ -373,12 +380,12 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     # the interpreter lock and the cores, processor-shared (issue 26, optimizer/sharing.py)
     locks = overhead.gil_kernel_s is not None and overhead.cores > 0
     if locks:
-        end, starts, ctl_end = _shared_schedule(tasks, succs, dur, scale, reqs, issued,
-                                                overhead, pipelined, clock)
+        end, starts, admit, ctl_end = _shared_schedule(tasks, succs, dur, scale, reqs,
+                                                       issued, overhead, pipelined, clock)
         busy = {}  # wall seconds, stretched by the sharing (as a trace measures them)
         for i, t in enumerate(tasks):
             busy[t["device"]] = busy.get(t["device"], 0.0) + end[i] - starts[i]
-        wait = [end[i] - starts[i] - dur[i] for i in range(n)]
+        wait = [max(0.0, end[i] - admit[i] - dur[i] - overhead.wake_s) for i in range(n)]
     else:
         end, starts, busy, wait = _list_schedule(tasks, preds, succs, dur,
                                                  [0.0] * n if pipelined else list(issued))
@@ -443,7 +450,7 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list, req
     doc): a task's Python work is its worker overhead and the first
     ``gil_kernel_s`` of its kernel (a copy's: ``copy_s``); the control
     thread of every process runs ``clock`` seconds of Python from the
-    step's start. Returns (end, start, control end)."""
+    step's start. Returns (end, start, admission, control end)."""
     from .sharing import share_schedule
 
     n = len(tasks)
@@ -472,8 +479,9 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list, req
     r = share_schedule([t["device"] for t in tasks], procs, dur, python,
                        [0.0] * n if pipelined else list(issued), succs,
                        cores=overhead.cores, switch=overhead.gil_switch,
-                       control=[clock] * ranks, weight=weight)
-    return r["end"], r["start"], max(r["control_end"], default=0.0)
+                       control=[clock] * ranks, weight=weight, wake=overhead.wake_s,
+                       fair=overhead.gil_order == "fair")
+    return r["end"], r["start"], r["admit"], max(r["control_end"], default=0.0)
 
 
 def _processes(tasks: list[dict], control_threads: int) -> dict[str, int]:

@@ -62,7 +62,7 @@ _EPS = 1e-15
 
 
 def share_rates(threads: Sequence[tuple], cores: float,
-                switch: float = 0.0) -> list[float]:
+                switch: float = 0.0, fair: bool = True) -> list[float]:
     """Progress rates of running threads ``(process, python fraction[,
     cores used])`` (module doc): max-min fair shares of each process's lock,
     capacity ``1 / (1 + switch)`` when two or more of its threads want it,
@@ -75,6 +75,14 @@ def share_rates(threads: Sequence[tuple], cores: float,
     [0.75, 1.0]
     >>> share_rates([(0, 0.0), (1, 0.0), (1, 0.0)], cores=2)   # 3 free threads, 2 cores
     [0.6666666666666666, 0.6666666666666666, 0.6666666666666666]
+
+    ``fair`` False: first come, first served -- ``threads`` in order of
+    seniority, each takes what it needs of what the senior ones left:
+
+    >>> share_rates([(0, 1.0), (0, 1.0)], cores=0, fair=False)
+    [1.0, 0.0]
+    >>> share_rates([(0, 0.25), (0, 1.0)], cores=0, fair=False)
+    [1.0, 0.75]
     """
     x = [1.0] * len(threads)
     by_proc: dict[int, list[int]] = {}
@@ -86,6 +94,12 @@ def share_rates(threads: Sequence[tuple], cores: float,
         cap = 1.0 if len(js) < 2 else 1.0 / (1.0 + switch)
         need = [threads[j][1] for j in js]
         if sum(need) <= cap:
+            continue
+        if not fair:  # the senior threads keep the lock (the convoy)
+            left = cap
+            for j in js:
+                x[j] = min(1.0, left / threads[j][1])
+                left = max(0.0, left - threads[j][1] * x[j])
             continue
         # water-filling: the lock share lam with sum(min(a_j, lam)) == cap
         order = sorted(range(len(js)), key=lambda k: need[k])
@@ -105,15 +119,17 @@ def share_rates(threads: Sequence[tuple], cores: float,
         tot = sum(v * (th[2] if len(th) > 2 else 1.0) for v, th in zip(x, threads))
         if tot > cores:
             f = cores / tot
-            x = [v * f for v in x]
+            # a thread using no core and no lock (waking up) keeps its pace
+            x = [v * f if th[1] > 0 or len(th) < 3 or th[2] > 0 else v
+                 for v, th in zip(x, threads)]
     return x
 
 
 def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float],
                    python: Sequence[float], ready: Sequence[float],
                    succs: Sequence[Sequence[int]], cores: float = 0.0, switch: float = 0.0,
-                   control: Sequence[float] = (), weight: Sequence[float] | None = None
-                   ) -> dict:
+                   control: Sequence[float] = (), weight: Sequence[float] | None = None,
+                   wake: float = 0.0, fair: bool = True) -> dict:
     """Schedule tasks on FIFO resources under processor sharing (module doc).
 
     ``res[i]``: task i's resource (a thread), ``proc[i]``: its process,
@@ -123,8 +139,16 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
     all-Python work of process p's control thread, running from time 0.
     ``weight[i]``: the cores task i keeps busy at full speed (default 1; a
     copy between two processes: its sender and its receiver, both waiting
-    on the transfer, runtime/mpi.py ``Cluster.wait``). Returns ``{"start",
-    "end"}`` per task and ``"control_end"`` per process.
+    on the transfer, runtime/mpi.py ``Cluster.wait``). ``wake``: seconds a
+    thread takes to wake up when a task arrives at its idle resource (the
+    worker sleeps on its queue; then it must get its process's lock), no
+    core or lock used meanwhile; a task queued while the resource is busy
+    starts as the previous one ends. ``fair`` False: the lock goes first
+    come, first served (:func:`share_rates`), a thread keeping its seniority
+    while it has work queued. Returns ``{"start", "end"}`` per task
+    (``start``: when its work begins -- after any wake-up, and once it gets
+    a share of its lock), ``"admit"`` (when it got its resource) and
+    ``"control_end"`` per process.
     """
     n = len(res)
     preds = [0] * n
@@ -136,9 +160,15 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
     queues: dict[str, list[tuple[float, int]]] = {}
     busy: set[str] = set()
     start = [0.0] * n
+    admit = [0.0] * n  # when the task got its resource (before any wake-up)
     end = [0.0] * n
     # running threads: key -> [remaining work, process, python fraction, task id or -1 - p]
     running: dict[object, list] = {}
+    idle_since: dict[str, float] = {}  # when each resource's thread last ran out of work
+    waking: set = set()  # resources whose thread is waking up for its next task
+    senior: dict[object, int] = {}  # thread -> when (event count) it last became busy
+    begun: set = set()  # tasks that have had a share of their lock
+    events = 0
     for p, c in enumerate(control):
         if c > 0:
             running[("control", p)] = [c, p, 1.0, -1 - p, 1.0]
@@ -155,17 +185,30 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
             heapq.heappush(queues.setdefault(res[i], []), (r, i))
         for name, q in queues.items():
             if q and name not in busy:
-                _, i = heapq.heappop(q)
+                r, i = heapq.heappop(q)
                 busy.add(name)
-                start[i] = t
-                running[name] = [work[i], proc[i], python[i], i,
-                                 1.0 if weight is None else weight[i]]
+                start[i] = admit[i] = t
+                if r > idle_since.get(name, float("-inf")):  # idle until now
+                    events += 1
+                    senior[name] = events
+                if wake > 0 and r > idle_since.get(name, float("-inf")):
+                    # the thread slept on its empty queue: it wakes first
+                    running[name] = [wake, proc[i], 0.0, i, 0.0]
+                    waking.add(name)
+                else:
+                    running[name] = [work[i], proc[i], python[i], i,
+                                     1.0 if weight is None else weight[i]]
                 dirty = True
         if dirty:
-            keys = list(running)
+            keys = sorted(running, key=lambda k: senior.get(k, 0)) if not fair else list(running)
             rates = share_rates([(running[k][1], running[k][2], running[k][4]) for k in keys],
-                                cores, switch)
+                                cores, switch, fair)
             dirty = False
+            for k, x in zip(keys, rates):
+                i = running[k][3]
+                if x > 0 and i >= 0 and k not in waking and i not in begun:
+                    begun.add(i)
+                    start[i] = t
         nxt = arrivals[0][0] if arrivals else float("inf")
         dt = nxt - t
         for k, x in zip(keys, rates):
@@ -181,16 +224,27 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
             if rem <= _EPS * max(1.0, t):
                 finished.append(k)
         for k in finished:
-            i = running.pop(k)[3]
             dirty = True
+            if k in waking:  # awake: the task's work begins
+                waking.discard(k)
+                i = running[k][3]
+                start[i] = t
+                running[k] = [work[i], proc[i], python[i], i,
+                              1.0 if weight is None else weight[i]]
+                if work[i] > _EPS * max(1.0, t):
+                    continue
+                running.pop(k)
+            else:
+                i = running.pop(k)[3]
             if i < 0:
                 control_end[-1 - i] = t
                 continue
             end[i] = t
+            idle_since[res[i]] = t
             done += 1
             busy.discard(res[i])
             for s in succs[i]:
                 preds[s] -= 1
                 if preds[s] == 0:
                     heapq.heappush(arrivals, (max(ready[s], t), s))
-    return {"start": start, "end": end, "control_end": control_end}
+    return {"start": start, "end": end, "admit": admit, "control_end": control_end}

@@ -406,13 +406,18 @@ def test_the_interpreter_lock_is_shared_by_a_process_s_threads_by_hand():
     # no lock model: both tasks (1 s kernel + 0.1 s worker) run side by side
     r = simulate_with_runtime(tg, RuntimeOverhead(**base), None)
     assert r["schedule_s"] == pytest.approx(1.1) and r["lock_wait_s"] == 0.0
-    # one process, kernels all Python (gil_kernel_s >= the kernel): the lock is
-    # time-shared, each task runs at half speed, both end at 2.2 s
+    # one process, kernels all Python (gil_kernel_s >= the kernel): first come,
+    # first served, the second task runs once the first is done -- 2x
     one = RuntimeOverhead(gil_kernel_s=5.0, **base)
     r = simulate_with_runtime(tg, one, None)
+    assert r["task_end_s"] == pytest.approx([1.1, 2.2])
+    assert r["task_start_s"] == pytest.approx([0.0, 1.1])  # a trace starts it then too
+    assert r["lock_wait_s"] == pytest.approx(1.1) and r["schedule_s"] == pytest.approx(2.2)
+    assert r["per_device_busy_s"] == pytest.approx({"cpu0": 1.1, "cpu1": 1.1})
+    # max-min fair shares instead: both at half speed, both end at 2.2 s
+    r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=5.0, gil_order="fair", **base),
+                              None)
     assert r["task_end_s"] == pytest.approx([2.2, 2.2])
-    assert r["lock_wait_s"] == pytest.approx(2.2) and r["schedule_s"] == pytest.approx(2.2)
-    assert r["per_device_busy_s"] == pytest.approx({"cpu0": 2.2, "cpu1": 2.2})
     # two processes (mpirun -n 2, one device each): a lock each, ~1x
     r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=5.0, control_threads=2, **base),
                               None)
@@ -426,14 +431,16 @@ def test_the_interpreter_lock_is_shared_by_a_process_s_threads_by_hand():
     r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=0.2, **base), None)
     assert r["schedule_s"] == pytest.approx(1.1)
     # the hand-over cost: a contended lock delivers 1 / (1 + 0.5) of its time
-    r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=5.0, gil_switch=0.5, **base),
-                              None)
+    r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=5.0, gil_switch=0.5,
+                                                  gil_order="fair", **base), None)
     assert r["schedule_s"] == pytest.approx(3.3)
-    # pipelined, the control thread's 0.1 s of Python shares the lock too: the
-    # three threads run at 1/3 until it is done (0.3 s), then the tasks at 1/2
+    # pipelined, the control thread's 0.1 s of Python (2 launches) goes first
     r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=5.0, launch_s=0.05, **base),
                               None, pipelined=True)
-    assert r["schedule_s"] == pytest.approx(0.3 + 2 * (1.1 - 0.1))
+    assert r["schedule_s"] == pytest.approx(0.1 + 2 * 1.1)
+    # a worker waking up for a task on its idle queue
+    r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=5.0, wake_s=0.01, **base), None)
+    assert r["task_start_s"] == pytest.approx([0.01, 1.11])
     # without the CPU model (cores 0) there is no sharing
     r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=0.2, task_s=0.1), None)
     assert r["lock_wait_s"] == 0.0 and r["schedule_s"] == pytest.approx(1.1)
