@@ -43,16 +43,17 @@ def local_cores() -> int:
 
 
 def task_counts(taskgraph: dict, graph: Any, update_fields: int = 2) -> dict[str, int]:
-    """``{"tasks", "reqs", "copies"}`` of a simulator task graph (``to_json``):
-    compute and update tasks, their region requirements (as the layer API
-    launches them) and copy tasks."""
+    """``{"tasks", "reqs", "copies", "backward"}`` of a simulator task graph
+    (``to_json``): compute and update tasks, their region requirements (as
+    the layer API launches them), copy tasks and backward (``B:``) tasks."""
     from .fidelity import requirement_counts
 
     tasks = taskgraph["tasks"]
     reqs = requirement_counts(tasks, graph, update_fields)
     comp = [i for i, t in enumerate(tasks) if t["kind"] != "copy"]
     return {"tasks": len(comp), "reqs": int(sum(reqs[i] for i in comp)),
-            "copies": len(tasks) - len(comp)}
+            "copies": len(tasks) - len(comp),
+            "backward": sum(1 for i in comp if tasks[i]["name"].startswith("B:"))}
 
 
 def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:

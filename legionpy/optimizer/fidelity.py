@@ -146,6 +146,9 @@ class RuntimeOverhead:
     copy_s: float = 0.0
     req_launch_s: float = 0.0
     req_task_s: float = 0.0
+    #: worker seconds a backward task costs beyond ``task_s`` (its gradient
+    #: reductions: buffers to fill and fold; regressed with the others)
+    back_task_s: float = 0.0
     #: control-thread seconds per step besides its tasks (fit's loop, loss readback)
     step_s: float = 0.0
     #: kernels' slowdown when every device runs at once (measured, >= 1): a
@@ -189,6 +192,7 @@ class RuntimeOverhead:
     def is_zero(self) -> bool:
         return not (self.launch_s or self.copy_launch_s or self.task_s or self.copy_s
                     or self.req_launch_s or self.req_task_s or self.step_s or self.cores
+                    or self.back_task_s
                     or self.kernel_scale != 1.0)
 
     def under_load(self, background_cores: float | None) -> RuntimeOverhead:
@@ -204,8 +208,8 @@ class RuntimeOverhead:
     def control_s(self, reqs: int) -> float:
         return self.launch_s + reqs * self.req_launch_s
 
-    def worker_s(self, reqs: int) -> float:
-        return self.task_s + reqs * self.req_task_s
+    def worker_s(self, reqs: int, backward: bool = False) -> float:
+        return self.task_s + reqs * self.req_task_s + (self.back_task_s if backward else 0.0)
 
     def scale_for(self, intensity: float | None) -> float:
         """Concurrency slowdown of a kernel of ``intensity`` flop/byte: the
@@ -375,7 +379,8 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
             if t["kind"] != "copy" and t["name"].startswith("U:"):
                 scale[i] *= update_scale
     dur = [t["duration_s"] + overhead.copy_s if t["kind"] == "copy"
-           else t["duration_s"] * scale[i] + overhead.worker_s(reqs[i])
+           else t["duration_s"] * scale[i]
+           + overhead.worker_s(reqs[i], t["name"].startswith("B:"))
            for i, t in enumerate(tasks)]
     # the interpreter lock and the cores, processor-shared (issue 26, optimizer/sharing.py)
     locks = overhead.gil_kernel_s is not None and overhead.cores > 0
