@@ -226,11 +226,11 @@ WAKE_GRID = (0.0, 1e-5, 2e-5, 3e-5, 4e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4
 WORKER_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2)
 #: the seconds of a kernel that hold the lock tried by :func:`fit_lock_terms`
 #: (besides the probe's figure; 1 s: every kernel whole)
-GIL_GRID = (2e-5, 5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4, 5e-4, 1e-3, 1.0)
+GIL_GRID = (1e-5, 2e-5, 3e-5, 4e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4, 5e-4, 1e-3, 1.0)
 
 
 def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
-                   rounds: int = 3) -> dict[str, float]:
+                   rounds: int = 2) -> dict[str, float]:
     """The processor-sharing terms (:mod:`legionpy.optimizer.sharing`),
     fitted on the calibration rows with every other term fixed: the lock's
     hand-over cost ``gil_switch`` (:data:`SWITCH_GRID`), ``copy_s``
@@ -279,12 +279,20 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
     if not any(r.get("copies", 0) > 0 for r in rows):
         grids["copy_s"] = (0.0,)
         cur["copy_s"] = 0.0
-    for _ in range(rounds):
-        before = dict(cur)
-        for name, grid in grids.items():
-            cur[name] = min(grid, key=lambda v: loss({**cur, name: v}))
-        if cur == before:
-            break
+    # every lock share of the kernels, each with coordinate descent over the
+    # rest (the loss has local minima along gil_kernel_s)
+    best = None
+    for g in grids.pop("gil_kernel_s"):
+        c = {**cur, "gil_kernel_s": g}
+        for _ in range(rounds):
+            before = dict(c)
+            for name, grid in grids.items():
+                c[name] = min(grid, key=lambda v: loss({**c, name: v}))
+            if c == before:
+                break
+        if best is None or loss(c) < loss(best):
+            best = c
+    cur = best
     return {"gil_switch": cur["gil_switch"], "copy_s": cur["copy_s"], "wake_s": cur["wake_s"],
             "gil_kernel_s": cur["gil_kernel_s"],
             "task_s": ovh.task_s * cur["worker"], "req_task_s": ovh.req_task_s * cur["worker"],

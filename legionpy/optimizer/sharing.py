@@ -83,6 +83,9 @@ def share_rates(threads: Sequence[tuple], cores: float,
     [1.0, 0.0]
     >>> share_rates([(0, 0.25), (0, 1.0)], cores=0, fair=False)
     [1.0, 0.75]
+    >>> [round(v, 6) for v in share_rates([(0, 0.25), (0, 1.0)], cores=0, switch=0.25,
+    ...                                    fair=False)]
+    [0.8, 0.6]
     """
     x = [1.0] * len(threads)
     by_proc: dict[int, list[int]] = {}
@@ -96,10 +99,14 @@ def share_rates(threads: Sequence[tuple], cores: float,
         if sum(need) <= cap:
             continue
         if not fair:  # the senior threads keep the lock (the convoy)
-            left = cap
+            left = 1.0
             for j in js:
                 x[j] = min(1.0, left / threads[j][1])
                 left = max(0.0, left - threads[j][1] * x[j])
+            shared = [j for j in js if x[j] > 0]
+            if len(shared) > 1:  # they interleave: every hand-over costs
+                for j in shared:
+                    x[j] *= cap
             continue
         # water-filling: the lock share lam with sum(min(a_j, lam)) == cap
         order = sorted(range(len(js)), key=lambda k: need[k])
