@@ -5,15 +5,15 @@ The local machine model's re-scheduler
 simulator's task graph on threads: one per device and per link (the
 runtime's FIFO queue workers, runtime/scheduler.py) and one control thread
 per process. Python threads of one process share its interpreter lock
-(GIL), and every thread shares the machine's cores. A numpy-heavy task does
-not hold the lock for one stretch: every numpy call takes it for its
-dispatch (and, for a small array, its whole loop) and gives it up for the
-loop, so two tasks of one process *interleave* their Python work at a fine
-grain -- the lock is time-shared, and every hand-over between threads costs
-a wake-up (the convoy effect: Beazley, "Understanding the Python GIL",
-PyCon 2010; CPython's ``ceval_gil.h``). One stretch held before the task
-starts, the previous model, cannot capture that: a task's wall time in one
-process was measured at 2.5-2.8x its kernel plus its worker cost.
+(GIL), and every thread shares the machine's cores. A thread holding the
+lock keeps it until it blocks or a numpy call gives it up for a large
+loop, and a thread wanting it back waits for the holder (the convoy effect:
+Beazley, "Understanding the Python GIL", PyCon 2010; CPython's
+``ceval_gil.h``): in the traces, the tasks of small kernels of a process
+run strictly one after another, while tasks whose numpy calls release the
+lock interleave, each slowed by the hand-overs. One stretch of the lock
+held before a task starts, the previous model, let a process's tasks
+overlap more than they do: one-process steps came out 25-35% low.
 
 This module schedules the graph as a fluid (processor-sharing) system, the
 model of time-shared resources since Kleinrock (1967) and of CPU sharing in
@@ -23,14 +23,23 @@ JPDC 2014):
 * each running task (or control thread) ``j`` has ``work`` seconds to do at
   full speed, a fraction ``a_j`` of it Python (needs its process's lock),
   the rest free (numpy loops that release it), interleaved evenly;
-* it progresses at rate ``x_j <= 1``. Per process, the lock's seconds are
-  shared max-min fairly: ``sum_j a_j x_j <= capacity``, every thread gets
-  the same lock share ``lam`` unless it needs less (``a_j < lam``: it then
-  runs at full speed); the capacity is 1, or ``1 / (1 + switch)`` while two
-  or more threads of the process want the lock (the hand-over cost,
-  calibrated on synthetic models: ``RuntimeOverhead.gil_switch``);
+* it progresses at rate ``x_j <= 1``, with ``sum_j a_j x_j <= 1`` per
+  process. Who gets the lock: first come, first served (the default,
+  ``fair=False``) -- the thread that has been busy longest takes what it
+  needs and the others what it leaves, so tasks that hold the lock
+  throughout (small kernels) run one at a time, as the traces show (a
+  thread keeps the lock until it blocks: the convoy), while kernels that
+  release it overlap; a thread keeps its seniority while it has work
+  queued, the control thread is the most senior. While two or more threads
+  of a process actually interleave, every hand-over costs: each runs at
+  ``1 / (1 + switch)`` of its share (calibrated on synthetic models:
+  ``RuntimeOverhead.gil_switch``; overlapping LSTM cells were measured at
+  3-5x their time alone). ``fair=True``: max-min fair shares of a lock of
+  capacity ``1 / (1 + switch)`` instead;
 * all threads of all processes share ``cores``: when the rates add up to
   more, each is scaled down alike (0: no core limit);
+* a worker whose queue was empty takes ``wake`` seconds to start the task
+  that arrives (no core, no lock meanwhile);
 * rates change only when a task starts or ends; between those events each
   thread's remaining work falls linearly.
 
@@ -39,11 +48,15 @@ of readiness, ties by id: the simulator's rule), so the task graph and every
 resource's order are the simulator's; only the durations stretch. With
 every ``a_j = 0`` and no core limit it is the plain list schedule.
 
->>> # two tasks of 1 s, all Python, on two devices of ONE process: ~2 s each
+>>> # two tasks of 1 s, all Python, on two devices of ONE process: 2 s in all
 >>> r = share_schedule(["cpu0", "cpu1"], [0, 0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0],
 ...                    [[], []], cores=2)
 >>> [round(e, 6) for e in r["end"]]
 [2.0, 2.0]
+>>> r = share_schedule(["cpu0", "cpu1"], [0, 0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0],
+...                    [[], []], cores=2, fair=False)
+>>> [round(e, 6) for e in r["end"]]
+[1.0, 2.0]
 >>> # the same in two processes (a lock each): 1 s each
 >>> r = share_schedule(["cpu0", "cpu1"], [0, 1], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0],
 ...                    [[], []], cores=2)
