@@ -53,24 +53,24 @@ busy). The figures are cached per machine in
 
 The interpreter lock and the cores are *processor-shared* (issue 26,
 :mod:`.sharing`): every device and link is a thread of its process (devices
-numbered rank-major, ``control_threads`` processes), a task's Python work
+numbered rank-major, ``control_threads`` processes). A task's Python work
 -- its worker overhead, the first ``gil_kernel_s`` of its kernel (numpy's
-dispatch and small loops; larger loops release the lock; measured by
-:func:`legionpy.probe.overhead.measure_lock_hold`) and a copy's ``copy_s``
--- is interleaved with the rest of it, and the running threads of one
-process share its lock max-min fairly, its control thread (``control_s``
-of every task, pipelined from the step's start) included; a contended lock
-loses ``gil_switch`` of its time to hand-overs (calibrated on the synthetic
-models); all threads share ``cores``. So two Python-bound tasks of one
-process take twice as long side by side, and of two processes (``mpirun``)
-as long as alone. Each device and link stays FIFO in order of readiness:
-the task graph and every resource's order are the simulator's, only the
-durations stretch. The previous model -- a task held the lock for one
-stretch before it started -- let the tasks' Python work overlap the
-other's numpy calls, which release the lock only to wait to get it back:
-one-process steps came out 25-35% low. ``gil_kernel_s`` None (or ``cores``
-0) turns the sharing off: a plain list schedule (only the ``gil_bound_s``
-bound remains).
+dispatch and small loops; larger loops release the lock) and a copy's
+``copy_s`` -- is interleaved with the rest of it; a process's running
+threads get its lock first come, first served (the control thread, which
+runs ``control_s`` of every task from the step's start when pipelined,
+first), so small-kernel tasks of one process run one at a time and
+lock-releasing ones overlap, slowed by ``gil_switch`` while they
+interleave; a worker whose queue was empty wakes in ``wake_s``; a copy
+between two processes keeps a core busy on each side (both wait on the
+transfer); all threads share ``cores``. So two Python-bound tasks of one
+process take twice as long as one, and of two processes (``mpirun``) as
+long as one. Each device and link stays FIFO in order of readiness: the
+task graph and every resource's order are the simulator's, only the
+durations stretch. These terms are fitted on synthetic models
+(:func:`legionpy.measure.calibration.fit_lock_terms`). ``gil_kernel_s``
+None (or ``cores`` 0) turns the sharing off: a plain list schedule (only
+the ``gil_bound_s`` bound remains).
 
 :func:`kendall_tau` is Kendall's tau-b (ties handled), for the rank order
 of strategies in ``bench/fidelity.py``.
