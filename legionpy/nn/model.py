@@ -459,10 +459,10 @@ def _old_objects_frozen() -> Any:
     """Keep the cyclic garbage collector off the objects that exist when
     training starts (the model, its regions and plans, the runtime's state):
     ``gc.freeze()`` until the end of ``fit``.
-    Without it a full (generation 2) collection every few dozen steps
-    scanned all of them -- 30-100 ms pauses in a 5-10 ms step, measured
-    (issue 26), time no step needs; the garbage each step makes is still
-    collected, young. ``gc.unfreeze()`` after."""
+    Without it a full (generation 2) collection scans all of them: 30-80 ms
+    pauses in a 5-10 ms step were measured in a process that had trained
+    several models (issue 26), time no step needs; the garbage each step
+    makes is still collected, young. ``gc.unfreeze()`` after."""
     gc.freeze()
     try:
         yield
