@@ -96,9 +96,9 @@ class Model:
         """Fix optimizer, loss, metrics and strategy ("data" | "model" | "owt" |
         "search" | Strategy | JSON path) for ``machine`` (default: this runtime's
         devices, ``Machine.local``). Creates the regions and initial parameters.
-        ``sync``: gradient synchronisation, ``"shards"`` or ``"collective"``
+        ``sync``: gradient synchronisation, ``"collective"`` or ``"shards"``
         (default: the strategy's ``sync``, else ``LEGIONPY_SYNC``, else
-        shards; README "Many processes / collectives")."""
+        collective; README "Many processes / collectives")."""
         from .. import runtime as lr
 
         if not self.graph.ops:
