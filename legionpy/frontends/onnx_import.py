@@ -87,6 +87,9 @@ MASK_OPS = frozenset({"Where", "Equal", "Less", "LessOrEqual", "Greater", "Great
                       "Not", "And", "Or", "Xor", "Trilu", "ConstantOfShape", "Range", "IsNaN",
                       "IsInf", "CumSum", "Max", "Min"})
 
+#: operators that keep a constant's values (a parameter seen through them stays one)
+VIEW_OPS = frozenset({"Reshape", "Unsqueeze", "Squeeze", "Expand", "Identity"})
+
 #: operators that only move elements: run on an Indexed value's numbers
 INDEX_OPS = frozenset({"Flatten", "Gather", "Reshape", "Squeeze", "Unsqueeze", "Transpose",
                        "Slice", "Expand", "GatherND", "GatherElements", "Identity"})
@@ -109,6 +112,10 @@ class Importer:
     ones: set = field(default_factory=set)
     #: constants that are trained weights: float initializers and values folded from them
     weights: set = field(default_factory=set)
+    #: float initializers as stored, and pure views of them (Reshape, Unsqueeze,
+    #: Squeeze, Expand, Identity folded): model parameters, not values computed
+    #: from them by constant folding (see :func:`onnx_math.trained_factor`)
+    params: set = field(default_factory=set)
 
     def name(self, node: Any, suffix: str = "") -> str:
         """A unique op name from the node's name (or op type and position)."""
@@ -296,6 +303,7 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
     imp.outputs = {o.name for o in g.output}
     imp.opset = opset
     imp.weights = {k for k, v in consts.items() if v.dtype.kind == "f" and v.size > 1}
+    imp.params = set(imp.weights)
     for vi, dims in zip(inputs, dims0):
         if len(dims) < 2 or any(not isinstance(d, int) or d < 1 for d in dims[1:]):
             raise ModelError(f"{src}: ONNX input {vi.name!r} has shape {dims}; legionpy needs "
@@ -349,6 +357,8 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
                     if node.op_type not in MASK_OPS and v.dtype.kind == "f" and \
                             any(i in imp.weights for i in node.input):
                         imp.weights.add(o)
+                    if node.op_type in VIEW_OPS and node.input[0] in imp.params:
+                        imp.params.add(o)
                 continue
             except Exception as e:  # noqa: BLE001 - reported with the node below
                 uniform = _uniform_expand(node, ins)
