@@ -52,6 +52,14 @@ class _Ctx:
         self.values: dict[Any, Any] = {}
         self.imported: dict[str, Any] = {}
         self.names: set[str] = set()
+        self._trained: set[str] | None = None
+
+    def trained(self) -> set[str]:
+        """Names of the module's trained parameters (``named_parameters``;
+        buffers and plain attributes are fixed constants)."""
+        if self._trained is None:
+            self._trained = {n for n, _ in self.module.named_parameters()}
+        return self._trained
 
     def name(self, node: Any, suffix: str = "") -> str:
         n, k = node.name + suffix, 1

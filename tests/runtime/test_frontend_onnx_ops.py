@@ -136,3 +136,31 @@ def test_channel_shuffle_then_split(rt1):
     b = g.node("Conv", [b, g.w(4, 4, 1, 1)], kernel_shape=[1, 1])
     proto = g.model([("x", G.F, (8, 5, 5))], g.node("Concat", [a, b], axis=1), opset=17)
     compare(proto, [RNG.standard_normal((2 * G.B, 8, 5, 5)).astype(np.float32)])
+
+
+def test_vit_convnext_forms_match_onnxruntime_and_train(rt1):
+    """Dilated Conv, layer scale, class token and dynamo's as_strided gather:
+    predict equals onnxruntime's at the export's batch and at twice it, the
+    class token and the layer scale are trained parameters, the 2-D
+    constant factor stays fixed."""
+    proto, shape = GO.vit_convnext_like()
+    x = RNG.standard_normal((2 * G.B, *shape)).astype(np.float32)
+    m = compare(proto, [x])
+    conv = next(o for o in m.graph.ops if o.kind == "conv2d")
+    assert conv.attrs["dilation"] == (2, 2) and "pad" in kinds(m)  # asymmetric pads first
+    cls = next(o for o in m.graph.ops if o.kind == "concat_param")
+    assert cls.params["value"].shape == (1, 6) and cls.attrs["first"]
+    assert cls.dims == ("sample", "attribute", "attribute")
+    ls = next(o for o in m.graph.ops if o.kind == "layer_scale")
+    assert ls.params["gamma"].shape == (6, 1, 1)
+    fixed = [o for o in m.graph.ops if o.kind == "binary" and o.attrs["fn"] == "mul"]
+    assert len(fixed) == 1 and not fixed[0].params
+    assert "gather" in kinds(m)
+    big = from_onnx(proto, batch_size=2 * G.B)  # positions built for B serve 2B samples
+    big.compile(optimizer=lp.nn.SGD(lr=0.01), loss="mse", machine=Machine.local(1))
+    np.testing.assert_allclose(big.predict(x), ort_run(proto, [x]), rtol=1e-4, atol=1e-5)
+    before = big.parameters()
+    big.fit(x, RNG.standard_normal((2 * G.B, 5)).astype(np.float32), epochs=1, verbose=0)
+    after = big.parameters()
+    for p in (cls.params["value"].name, ls.params["gamma"].name):
+        assert np.abs(after[p] - before[p]).max() > 1e-6, p
