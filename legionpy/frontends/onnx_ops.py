@@ -85,6 +85,8 @@ def _conv(imp, node, ins):
     if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
         raise Unsupported("auto_pad")
     b = imp.const(node.input[2], "Conv bias") if len(node.input) > 2 and node.input[2] else None
+    if b is not None and node.input[2] not in imp.weights and not b.any():
+        b = None  # zeros the exporter made up (unoptimised dynamo: a bias-free conv)
     x, pads = _pads_first(imp, node, x, a.get("pads"))
     t = imp.model.conv2d(x, w.shape[0], tuple(w.shape[2:]), stride=tuple(a.get("strides",
                                                                                [1, 1])),

@@ -2,8 +2,9 @@
 tests/data/make_onnx.py; no torch needed here): a tiny ResNet (adaptive
 average pool), a MobileNet-V2/V3 mix (ReLU6, depthwise, Hardswish,
 squeeze-and-excitation), a GPT-2 decoder (causal mask) and a BERT encoder
-(padding mask input). Each imports, predicts as torch did (rtol 1e-4) and
-trains; bad files fail with one clear error naming the file."""
+(padding mask input), a ViT (class token) and a ConvNeXt (layer scale,
+dynamo's as_strided gather). Each imports, predicts as torch did (rtol
+1e-4) and trains; bad files fail with one clear error naming the file."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from legionpy.optimizer import Machine, Simulator, Strategy
 pytest.importorskip("onnx")
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 CASES = [("resnet", "dynamo"), ("resnet", "legacy"), ("mobilenet", "dynamo"),
-         ("mobilenet", "legacy"), ("gpt2", "dynamo"), ("bert", "dynamo"), ("bert", "legacy")]
+         ("mobilenet", "legacy"), ("gpt2", "dynamo"), ("bert", "dynamo"), ("bert", "legacy"),
+         ("vit", "dynamo"), ("vit", "legacy"), ("convnext", "dynamo"), ("convnext", "legacy")]
 
 
 def load(name):
