@@ -164,3 +164,21 @@ def test_vit_convnext_forms_match_onnxruntime_and_train(rt1):
     after = big.parameters()
     for p in (cls.params["value"].name, ls.params["gamma"].name):
         assert np.abs(after[p] - before[p]).max() > 1e-6, p
+
+
+def test_trained_factor_rule(rt1):
+    """A Mul by a stored initializer (or a Reshape of one) that is a channel
+    vector is a trained layer_scale; the same vector computed by constant
+    folding (Sqrt of an initializer) or a scalar stays fixed."""
+    g = G.G("factors")
+    w = g.node("Reshape", [g.w(value=np.linspace(0.5, 1.5, 3).astype(np.float32)),
+                           g.c([3, 1, 1])])
+    t = g.node("Mul", ["x", w])
+    t = g.node("Mul", [t, g.node("Sqrt", [g.w(value=np.full((3, 1, 1), 4.0, np.float32))])])
+    t = g.node("Mul", [t, g.w(value=np.array(2.0, np.float32))])
+    proto = g.model([("x", G.F, (3, 4, 4))], g.node("ReduceMean", [t, g.c([2, 3])], keepdims=0),
+                    opset=18)
+    m = compare(proto, [RNG.standard_normal((2 * G.B, 3, 4, 4)).astype(np.float32)])
+    ls = [o for o in m.graph.ops if o.kind == "layer_scale"]
+    assert len(ls) == 1 and ls[0].params["gamma"].shape == (3, 1, 1)
+    assert [o.kind for o in m.graph.ops if o.kind in ("binary", "scale")] == ["binary", "scale"]
