@@ -115,14 +115,18 @@ def trained_factor(imp, name: str, value: np.ndarray, xshape) -> tuple[int, ...]
     when ``value`` is fixed data. The rule (issue 27): a factor is trained
     when it is a float initializer as stored (or a pure view of one:
     ``Importer.params``; not a value legionpy's constant folding computed),
-    holds no mask entries (:func:`fixed`), is the same for every sample,
-    and is a *channel vector*: exactly one axis longer than 1 (ConvNeXt's
-    (C, 1, 1) layer scale, a per-feature (D,) scale). Masks (2-D causal or
+    holds no mask entries (:func:`fixed`; nor only 0s and 1s with some 0),
+    is the same for every sample, and is a *channel vector*: exactly one
+    axis longer than 1 (ConvNeXt's (C, 1, 1) layer scale, a per-feature
+    (D,) scale). Masks (2-D causal or
     padding tables, 0/1 patterns over several axes) and scalars stay fixed
     ``binary``/``scale`` operands."""
     if name not in imp.params or fixed(imp, name, value):
         return None
-    c = drop_batch(np.asarray(value), len(xshape))
+    v = np.asarray(value)
+    if np.isin(v, (0.0, 1.0)).all() and not v.all():
+        return None  # 0s and 1s, some 0: a mask (a buffer), not a scale
+    c = drop_batch(v, len(xshape))
     if c.ndim == len(xshape):
         if c.shape[0] != 1:
             return None

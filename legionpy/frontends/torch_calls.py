@@ -335,20 +335,20 @@ def _binary(kind):
         if not isinstance(x, TensorRef):
             raise Unsupported("no tensor operand")
         c = np.asarray(c, np.float32)
+        src = next((_param_source(ctx, v) for v in node.args
+                    if _param_source(ctx, v) is not None), None)
+        if kind == "mul" and src is not None:
+            shape = _channel_vector(c, x.shape)
+            if shape is not None:  # a trained factor: ConvNeXt's layer scale, a scalar
+                t = m.layer_scale(x, shape, name=ctx.name(node))
+                ctx.param(t, "gamma", src, lambda v, s=shape: v.reshape(s))
+                return t
         if c.size == 1:
             v = float(c.reshape(-1)[0])
             if kind == "mul":
                 return m.scale(x, v, name=ctx.name(node))
             if kind == "div" and x is a:
                 return m.scale(x, 1.0 / v, name=ctx.name(node))
-        src = next((_param_source(ctx, v) for v in node.args
-                    if _param_source(ctx, v) is not None), None)
-        if kind == "mul" and src is not None:
-            shape = _channel_vector(c, x.shape)
-            if shape is not None:  # a trained factor: ConvNeXt's layer scale
-                t = m.layer_scale(x, shape, name=ctx.name(node))
-                ctx.param(t, "gamma", src, lambda v, s=shape: v.reshape(s))
-                return t
         if kind == "add":
             while c.ndim > 1 and c.shape[0] == 1:
                 c = c[0]
@@ -369,10 +369,11 @@ def _binary(kind):
 def _channel_vector(c: np.ndarray, xshape) -> tuple[int, ...] | None:
     """``c`` as a parameter over x's trailing dims (leading size-1 dims
     dropped), or None when it does not broadcast so."""
+    c = c.reshape(1) if c.ndim == 0 else c
     while c.ndim > 1 and c.shape[0] == 1:
         c = c[0]
     k = c.ndim
-    if k == 0 or k >= len(xshape) or \
+    if k >= len(xshape) or \
             any(a not in (1, b) for a, b in zip(c.shape, xshape[len(xshape) - k:])):
         return None
     return tuple(int(s) for s in c.shape)

@@ -48,7 +48,25 @@ def dilated():
                          nn.Flatten(), nn.LazyLinear(5)), (3, 9, 10)
 
 
-BUILD = {"vit": tiny_vit, "convnext": convnext_block, "dilated": dilated}
+class Scaled(torch.nn.Module):
+    """A trained scalar and a buffer multiplied in: the first trains, the
+    second stays fixed."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, 5)
+        self.alpha = torch.nn.Parameter(torch.tensor(0.7))
+        self.register_buffer("mask", torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0]))
+
+    def forward(self, x):
+        return self.fc(x * self.alpha) * self.mask
+
+
+def scaled():
+    return Scaled(), (6,)
+
+
+BUILD = {"vit": tiny_vit, "convnext": convnext_block, "dilated": dilated, "scaled": scaled}
 
 
 def build(name):
@@ -78,8 +96,12 @@ def test_predicts_as_torch(name, how, rt1):
     mod, x = build(name)
     m = from_torch(mod, x) if how == "fx" else from_onnx(export(mod, x, how), batch_size=B)
     kinds = {o.kind for o in m.graph.ops}
-    want_kind = {"vit": "concat_param", "convnext": "layer_scale", "dilated": "conv2d"}[name]
+    want_kind = {"vit": "concat_param", "convnext": "layer_scale", "dilated": "conv2d",
+                 "scaled": "dense"}[name]
     assert want_kind in kinds
+    if name == "scaled":  # fx: the parameter trains; ONNX: a scalar; the 0/1 buffer: fixed
+        assert sum(o.kind == "layer_scale" for o in m.graph.ops) == (how == "fx")
+        assert any(o.kind == "binary" and not o.params for o in m.graph.ops)
     if name == "dilated":
         assert [o.attrs.get("dilation") for o in m.graph.ops if o.kind == "conv2d"] == [
             (2, 2), (3, 2)]
@@ -109,7 +131,7 @@ def test_one_sgd_step_equals_torch(name):
     sd = mod.state_dict()
     assert set(m.imported) <= set(got)
     trained = [o for o in m.graph.ops if o.kind in ("concat_param", "layer_scale")]
-    assert len(trained) == {"vit": 1, "convnext": 2, "dilated": 0}[name]
+    assert len(trained) == {"vit": 1, "convnext": 2, "dilated": 0, "scaled": 1}[name]
     for name_, conv in m.imported.items():
         np.testing.assert_allclose(got[name_] - before[name_], conv(sd) - before[name_],
                                    rtol=1e-3, atol=1e-7, err_msg=name_)
