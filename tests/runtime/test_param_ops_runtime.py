@@ -2,8 +2,8 @@
 scale) and dilated ``conv2d`` in training (issue 27): one SGD step gives the
 same parameters under random strategies that split every dim of these ops
 (the class token's rows, the scale's channels) as on one device, the
-parameters of both ops train, and the runtime's traced task graph equals
-the simulator's (the DESIGN.md mirror)."""
+parameters of both ops train, the runtime's traced task graph equals the
+simulator's (the DESIGN.md mirror), and emulated GPUs give the CPU's step."""
 
 from __future__ import annotations
 
@@ -39,11 +39,11 @@ def tiny_vit():
     return m
 
 
-def step(strategy, n):
-    lp.init(cpus=n)
+def step(strategy, n, gpus=False):
+    lp.init() if gpus else lp.init(cpus=n)
     try:
         m = tiny_vit()
-        m.compile(optimizer=lp.nn.SGD(lr=0.5), machine=Machine.local(n),
+        m.compile(optimizer=lp.nn.SGD(lr=0.5), machine=None if gpus else Machine.local(n),
                   strategy=strategy if isinstance(strategy, str) else strategy(m.graph, n))
         before = m.parameters()
         m.fit(X, Y, epochs=1, verbose=0, shuffle=False)
@@ -90,3 +90,14 @@ def test_trace_equals_taskgraph(seed):
         assert sim.simulate(m.strategy) > 0
     finally:
         lp.runtime.shutdown()
+
+
+def test_emulated_gpus_equal_cpu(monkeypatch):
+    """The new kernels run on device arrays (the GPU code path, emulated:
+    runtime/emugpu.py), the class rows and scaled channels split over 2 GPUs."""
+    _, ref = step("data", 1)
+    monkeypatch.setenv("LEGIONPY_GPU_BACKEND", "emulated")
+    monkeypatch.setenv("LEGIONPY_GPUS", "2")
+    _, got = step(split_new_ops, 2, gpus=True)
+    for k, v in ref.items():
+        np.testing.assert_allclose(got[k], v, rtol=2e-5, atol=2e-6, err_msg=k)
