@@ -11,8 +11,10 @@ missing), the max relative error of ``predict`` against torch in eval mode
 (SGD, MSE to a random target, dropout off, batch norm on batch statistics
 as in torch's train mode) moves every parameter as torch's gradients do
 (max relative error of the gradients, each legionpy parameter matched to
-the torch parameter holding the same initial values, transposed or not;
-tied weights summed over their uses; each parameter's error relative to its
+the torch parameter holding the same initial values: transposed or not,
+reshaped, a block of its rows (attention's q, k, v of one in_proj; the
+positions a sequence uses), its row 0 broadcast (a token type); tied
+weights and blocks summed over their uses; each parameter's error relative to its
 largest gradient entry, floored at 1e-3 of the model's largest: gradients
 that vanish in exact arithmetic, such as a batch norm's beta feeding
 another batch norm, are rounding noise in both). The reference is torch's
@@ -164,19 +166,67 @@ def import_model(module, x, how: str, tmp: str, keep_bn: bool = False):
     return lp.frontends.from_onnx(path, batch_size=B)
 
 
+def _lead(a: np.ndarray) -> np.ndarray:
+    """``a`` without leading size-1 dims (a (1, 1, D) class token is (D,))."""
+    while a.ndim > 1 and a.shape[0] == 1:
+        a = a[0]
+    return a
+
+
 def _match(lp_params: dict, torch_params: dict) -> dict:
-    """legionpy name -> (torch name, transposed) by equal initial values."""
+    """legionpy name -> (torch name, form) by equal initial values. Forms:
+    ``("same",)`` (maybe reshaped: a (1, 1, D) class token is legionpy's
+    (1, D)), ``("T",)`` (transposed), ``("rows", lo, transposed)`` (a block
+    of rows: MultiheadAttention's in_proj split into q, k, v; the leading
+    rows of a position table the sequence uses), ``("row0",)`` (row 0
+    broadcast over the sequence: BERT's token type)."""
     out = {}
     for name, v in lp_params.items():
+        lv = _lead(v)
         for tn, t in torch_params.items():
-            for tr in (False, True):
-                tt = t.T if tr and t.ndim == 2 else t
-                if tt.shape == v.shape and np.allclose(tt, v, rtol=0, atol=0):
-                    out[name] = (tn, tr)
+            if _lead(t).shape == lv.shape and np.array_equal(_lead(t), lv):
+                out[name] = (tn, ("same",))
+                break
+            if t.ndim == 2 and t.T.shape == v.shape and np.array_equal(t.T, v):
+                out[name] = (tn, ("T",))
+                break
+        if name in out:
+            continue
+        for tn, t in torch_params.items():
+            t = _lead(t)
+            for tr, w in ((False, lv), (True, lv.T if lv.ndim == 2 else None)):
+                if w is None or w.ndim != t.ndim or w.shape[1:] != t.shape[1:] or \
+                        w.shape[0] >= t.shape[0]:
+                    continue
+                n = w.shape[0]
+                lo = next((k for k in range(0, t.shape[0] - n + 1, n)
+                           if np.array_equal(t[k:k + n], w)), None)
+                if lo is not None:
+                    out[name] = (tn, ("rows", lo, tr))
                     break
             if name in out:
                 break
+            if t.ndim == 2 and lv.ndim == 2 and lv.shape[1:] == t.shape[1:] and \
+                    lv.shape[0] > 1 and np.array_equal(lv, np.broadcast_to(t[0], lv.shape)):
+                out[name] = (tn, ("row0",))
+                break
     return out
+
+
+def _as_torch(g: np.ndarray, form: tuple, shape: tuple) -> np.ndarray:
+    """legionpy's gradient ``g`` as a contribution to the torch parameter's."""
+    if form[0] == "same":
+        return g.reshape(shape)
+    if form[0] == "T":
+        return g.T
+    full = np.zeros(shape)
+    view = full.reshape(_lead(full).shape)
+    if form[0] == "row0":
+        view[0] = _lead(g).sum(0)
+    else:
+        w = _lead(g).T if form[2] else _lead(g)
+        view[form[1]:form[1] + w.shape[0]] = w
+    return full
 
 
 def _torch_grads(module, x, target) -> dict:
@@ -244,9 +294,9 @@ def grad_check(module, model, x, lr: float = 1e4) -> tuple[float, float, int, in
     model.fit(xs, target, epochs=1, batch_size=B, verbose=0, shuffle=False)
     after = model.parameters()
     grads: dict = {}  # torch name -> summed legionpy gradient (tied weights: every use)
-    for name, (tn, tr) in pairs.items():
+    for name, (tn, form) in pairs.items():
         g = (before[name].astype(np.float64) - after[name]) / lr
-        grads[tn] = grads.get(tn, 0) + (g.T if tr else g)
+        grads[tn] = grads.get(tn, 0) + _as_torch(g, form, tparams[tn].shape)
     err = _rel_err(grads, t64, "legionpy")
     torch_err = _rel_err({tn: t32[tn] for tn in grads}, t64, "torch f32")
     return err, torch_err, len(grads), len(tparams)

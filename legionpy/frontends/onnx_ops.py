@@ -245,6 +245,8 @@ def _cast(imp, node, ins):
     floats, ints = (1, 10, 11, 16), (6, 7)  # FLOAT, FLOAT16, DOUBLE, BFLOAT16; INT32, INT64
     if to not in floats + ints + (9,):  # and BOOL (a mask)
         raise Unsupported(f"a cast to ONNX type {to}")
+    if isinstance(x, np.ndarray):  # CastLike of a constant to an activation's type
+        return [x.astype(bool if to == 9 else np.float32 if to in floats else np.int64)]
     is_float = str(getattr(x, "dtype", "float32")).startswith("float")
     if is_float == (to in floats) or (to == 9 and is_float):
         return [x]  # to BOOL: masks hold 0/1, kept as floats

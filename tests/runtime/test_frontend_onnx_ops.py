@@ -182,3 +182,14 @@ def test_trained_factor_rule(rt1):
     ls = [o for o in m.graph.ops if o.kind == "layer_scale"]
     assert len(ls) == 1 and ls[0].params["gamma"].shape == (3, 1, 1)
     assert [o.kind for o in m.graph.ops if o.kind in ("binary", "scale")] == ["binary", "scale"]
+
+
+def test_castlike_of_a_constant_to_an_activation_folds(rt1):
+    """Unoptimised dynamo exports cast literals to an activation's type
+    (``CastLike(2, x)``): the constant is cast, the product is a scale."""
+    g = G.G("castlike")
+    two = g.node("CastLike", [g.c(2), "x"])
+    out = g.node("Mul", ["x", two])
+    m = compare(g.model([("x", G.F, (5,))], out, opset=18),
+                [RNG.standard_normal((2 * G.B, 5)).astype(np.float32)])
+    assert [o.kind for o in m.graph.ops] == ["input", "scale"]
