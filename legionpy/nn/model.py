@@ -38,8 +38,8 @@ __all__ = ["Model", "History", "LAYERS"]
 LAYERS = ("input", "conv2d", "pool2d", "dense", "flat", "reshape", "relu", "sigmoid", "tanh",
           "gelu", "batch_norm", "dropout", "concat", "add", "multiply", "softmax", "embedding",
           "batch_matmul", "lstm", "attention", "layer_norm", "transpose", "slice", "scale",
-          "add_bias", "positional_encoding", "multihead_attention", "unary", "binary",
-          "reduce", "pad", "cast", "gather", "tied_dense")
+          "add_bias", "layer_scale", "concat_param", "positional_encoding",
+          "multihead_attention", "unary", "binary", "reduce", "pad", "cast", "gather", "tied_dense")
 _ids = itertools.count()
 
 
