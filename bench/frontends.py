@@ -2,7 +2,8 @@
 ``transformers`` models built from configs (no weights are downloaded),
 through both ONNX exporters (``torch.onnx.export(dynamo=True)``, today's
 default, and ``dynamo=False``, the TorchScript one) and through
-:func:`legionpy.frontends.from_torch` (torch.fx).
+:func:`legionpy.frontends.from_torch` (torch.fx; for the ``transformers``
+models, which fx cannot trace, ``from_torch(..., via="onnx")``).
 
 Per model and path it prints: whether the model imported (or the operators
 missing), the max relative error of ``predict`` against torch in eval mode
@@ -10,8 +11,10 @@ missing), the max relative error of ``predict`` against torch in eval mode
 (SGD, MSE to a random target, dropout off, batch norm on batch statistics
 as in torch's train mode) moves every parameter as torch's gradients do
 (max relative error of the gradients, each legionpy parameter matched to
-the torch parameter holding the same initial values, transposed or not;
-tied weights summed over their uses; each parameter's error relative to its
+the torch parameter holding the same initial values: transposed or not,
+reshaped, a block of its rows (attention's q, k, v of one in_proj; the
+positions a sequence uses), its row 0 broadcast (a token type); tied
+weights and blocks summed over their uses; each parameter's error relative to its
 largest gradient entry, floored at 1e-3 of the model's largest: gradients
 that vanish in exact arithmetic, such as a batch norm's beta feeding
 another batch norm, are rounding noise in both). The reference is torch's
@@ -42,6 +45,8 @@ import warnings
 import numpy as np
 
 B = 8
+#: modules fx could not trace, imported by from_torch(via="onnx") instead
+VIA_ONNX: set = set()
 
 
 def vision(name: str, size: int = 64):
@@ -149,25 +154,79 @@ def import_model(module, x, how: str, tmp: str, keep_bn: bool = False):
     import legionpy as lp
 
     if how == "fx":
-        return lp.frontends.from_torch(module, x, batch_size=B)
+        try:
+            return lp.frontends.from_torch(module, x, batch_size=B)
+        except lp.errors.ModelError as e:  # transformers' models: fx cannot trace them
+            if "via='onnx'" not in str(e):
+                raise
+            VIA_ONNX.add(type(module).__name__)
+            return lp.frontends.from_torch(module, x, batch_size=B, via="onnx")
     path = os.path.join(tmp, f"m_{how}.onnx")
     export(module, x, path, how, keep_bn)
     return lp.frontends.from_onnx(path, batch_size=B)
 
 
+def _lead(a: np.ndarray) -> np.ndarray:
+    """``a`` without leading size-1 dims (a (1, 1, D) class token is (D,))."""
+    while a.ndim > 1 and a.shape[0] == 1:
+        a = a[0]
+    return a
+
+
 def _match(lp_params: dict, torch_params: dict) -> dict:
-    """legionpy name -> (torch name, transposed) by equal initial values."""
+    """legionpy name -> (torch name, form) by equal initial values. Forms:
+    ``("same",)`` (maybe reshaped: a (1, 1, D) class token is legionpy's
+    (1, D)), ``("T",)`` (transposed), ``("rows", lo, transposed)`` (a block
+    of rows: MultiheadAttention's in_proj split into q, k, v; the leading
+    rows of a position table the sequence uses), ``("row0",)`` (row 0
+    broadcast over the sequence: BERT's token type)."""
     out = {}
     for name, v in lp_params.items():
+        lv = _lead(v)
         for tn, t in torch_params.items():
-            for tr in (False, True):
-                tt = t.T if tr and t.ndim == 2 else t
-                if tt.shape == v.shape and np.allclose(tt, v, rtol=0, atol=0):
-                    out[name] = (tn, tr)
+            if _lead(t).shape == lv.shape and np.array_equal(_lead(t), lv):
+                out[name] = (tn, ("same",))
+                break
+            if t.ndim == 2 and t.T.shape == v.shape and np.array_equal(t.T, v):
+                out[name] = (tn, ("T",))
+                break
+        if name in out:
+            continue
+        for tn, t in torch_params.items():
+            t = _lead(t)
+            for tr, w in ((False, lv), (True, lv.T if lv.ndim == 2 else None)):
+                if w is None or w.ndim != t.ndim or w.shape[1:] != t.shape[1:] or \
+                        w.shape[0] >= t.shape[0]:
+                    continue
+                n = w.shape[0]
+                lo = next((k for k in range(0, t.shape[0] - n + 1, n)
+                           if np.array_equal(t[k:k + n], w)), None)
+                if lo is not None:
+                    out[name] = (tn, ("rows", lo, tr))
                     break
             if name in out:
                 break
+            if t.ndim == 2 and lv.ndim == 2 and lv.shape[1:] == t.shape[1:] and \
+                    lv.shape[0] > 1 and np.array_equal(lv, np.broadcast_to(t[0], lv.shape)):
+                out[name] = (tn, ("row0",))
+                break
     return out
+
+
+def _as_torch(g: np.ndarray, form: tuple, shape: tuple) -> np.ndarray:
+    """legionpy's gradient ``g`` as a contribution to the torch parameter's."""
+    if form[0] == "same":
+        return g.reshape(shape)
+    if form[0] == "T":
+        return g.T
+    full = np.zeros(shape)
+    view = full.reshape(_lead(full).shape)
+    if form[0] == "row0":
+        view[0] = _lead(g).sum(0)
+    else:
+        w = _lead(g).T if form[2] else _lead(g)
+        view[form[1]:form[1] + w.shape[0]] = w
+    return full
 
 
 def _torch_grads(module, x, target) -> dict:
@@ -235,9 +294,9 @@ def grad_check(module, model, x, lr: float = 1e4) -> tuple[float, float, int, in
     model.fit(xs, target, epochs=1, batch_size=B, verbose=0, shuffle=False)
     after = model.parameters()
     grads: dict = {}  # torch name -> summed legionpy gradient (tied weights: every use)
-    for name, (tn, tr) in pairs.items():
+    for name, (tn, form) in pairs.items():
         g = (before[name].astype(np.float64) - after[name]) / lr
-        grads[tn] = grads.get(tn, 0) + (g.T if tr else g)
+        grads[tn] = grads.get(tn, 0) + _as_torch(g, form, tparams[tn].shape)
     err = _rel_err(grads, t64, "legionpy")
     torch_err = _rel_err({tn: t32[tn] for tn in grads}, t64, "torch f32")
     return err, torch_err, len(grads), len(tparams)
@@ -274,7 +333,8 @@ def run_one(name: str, how: str, tmp: str) -> dict:
             traceback.print_exc()
         return row
     row["import_s"] = time.perf_counter() - t0
-    row["status"] = "imported"
+    row["status"] = "imported" + (" (from_torch via='onnx')" if how == "fx" and
+                                  type(module).__name__ in VIA_ONNX else "")
     try:
         with torch.no_grad():
             want = module(x).numpy()

@@ -43,15 +43,43 @@ Example::
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 from .errors import StrategyError
 
-__all__ = ["BUCKET_BYTES", "KINDS", "ALGORITHMS", "Step", "Phase", "Collective",
+__all__ = ["SYNC_MODES", "DEFAULT_SYNC", "resolve_sync", "BUCKET_BYTES", "KINDS", "ALGORITHMS",
+           "Step", "Phase", "Collective",
            "buckets", "bucket_groups", "chunk_bounds", "padded", "hierarchical_shape", "steps",
            "phases", "collective_time", "choose_algorithm", "algorithms_for", "apply_steps",
            "round_time", "round_classes", "cost_plan", "plan_time", "plan_bytes"]
+
+SYNC_MODES = ("collective", "shards")
+"""Gradient synchronisation modes (docs/seam.md): ``collective`` (per bucket
+and replica group, one reduce-scatter of the gradients, the update of each
+member's chunk, one all-gather of the weights) or ``shards`` (each
+parameter tile's update shard: point-to-point copies of the weights to its
+users and of their gradients back, folds; docs/taskgraph.md)."""
+
+DEFAULT_SYNC = "collective"
+"""The gradient synchronisation both halves use when nothing names one:
+collectives scale (one per bucket and group instead of a copy per shard and
+user) and are what NCCL, MPI and DDP run."""
+
+
+def resolve_sync(sync: str | None = None) -> str:
+    """The gradient synchronisation of a run: ``sync`` when given, else the
+    ``LEGIONPY_SYNC`` environment variable, else :data:`DEFAULT_SYNC`. The
+    simulator, the search and the runtime all resolve it here, so one
+    setting reaches both halves."""
+    mode = sync or os.environ.get("LEGIONPY_SYNC") or DEFAULT_SYNC
+    if mode not in SYNC_MODES:
+        where = "sync=" if sync else "LEGIONPY_SYNC="
+        raise StrategyError(f"sync mode {mode!r} ({where}{mode}) is not one of "
+                            f"{', '.join(SYNC_MODES)}")
+    return mode
+
 
 BUCKET_BYTES = 25 * 2**20
 """Gradient bucket cap in bytes: PyTorch DDP's default ``bucket_cap_mb=25``.
@@ -113,14 +141,19 @@ def _check(kind: str, group: Sequence[int], algorithm: str | None = None) -> Non
 
 
 # -- buckets and groups ------------------------------------------------------------
-def buckets(sizes: Sequence[float], cap: float = BUCKET_BYTES) -> list[list[int]]:
+def buckets(sizes: Sequence[float], cap: float = BUCKET_BYTES,
+            kinds: Sequence[object] | None = None) -> list[list[int]]:
     """Indices of ``sizes`` (bytes, in the order gradients become ready:
     reverse first-use order) packed greedily into buckets of at most
-    ``cap`` bytes, order kept; an item larger than ``cap`` is alone."""
+    ``cap`` bytes, order kept; an item larger than ``cap`` is alone.
+    ``kinds`` (one per item, e.g. the parameters' dtypes): a bucket holds
+    one kind only, as a flat buffer has one element type (a change of kind
+    starts a new bucket)."""
     out: list[list[int]] = []
     fill = 0.0
     for i, s in enumerate(sizes):
-        if out and fill + s <= cap:
+        same = kinds is None or not out or kinds[out[-1][-1]] == kinds[i]
+        if out and same and fill + s <= cap:
             out[-1].append(i)
             fill += s
         else:

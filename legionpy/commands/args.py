@@ -20,9 +20,11 @@ import os
 import re
 from typing import Any
 
+from ..collectives import DEFAULT_SYNC, SYNC_MODES
+
 __all__ = ["positive_int", "nonneg_int", "positive_float", "nonneg_float", "degrees",
            "size_pair", "machine_spec", "in_file", "out_file", "cost_spec", "check_out_path",
-           "add_train_arguments"]
+           "add_train_arguments", "add_sync"]
 
 _Bad = argparse.ArgumentTypeError
 
@@ -172,13 +174,22 @@ def add_train_arguments(p: Any, steps: int = 30) -> None:
                         "for, else 2, or 1 per rank under mpirun)")
     p.add_argument("--lr", type=positive_float, default=None, help="Adam learning rate")
     p.add_argument("--seed", type=nonneg_int, default=0)
-    p.add_argument("--sync", choices=("shards", "collective"), default=None,
-                   help="gradient synchronisation: update shards and point-to-point copies, "
-                        "or per-bucket reduce-scatter + all-gather collectives (default: "
-                        "LEGIONPY_SYNC, else shards)")
+    add_sync(p)
     p.add_argument("--checkpoint", type=out_file, metavar="FILE", default=None,
                    help="resume from FILE when it exists; save to it every "
                         "--checkpoint-every steps, at the end and on Ctrl-C")
     p.add_argument("--checkpoint-every", type=positive_int, metavar="N", default=None,
                    help="with --checkpoint: save every N steps (default: only at the end "
                         "and on Ctrl-C)")
+
+
+def add_sync(p: argparse.ArgumentParser) -> None:
+    """``--sync``, the gradient synchronisation (docs/seam.md), one option
+    for ``train``, ``simulate`` and ``search`` so both halves resolve it the
+    same way (:func:`legionpy.collectives.resolve_sync`)."""
+    p.add_argument("--sync", choices=SYNC_MODES, default=None,
+                   help="gradient synchronisation: collective (per 25 MiB bucket and replica "
+                        "group, one reduce-scatter of the gradients and one all-gather of the "
+                        "weights; ring, hierarchical or tree) or shards (point-to-point copies "
+                        "to and from each parameter tile's update shard). Default: "
+                        f"LEGIONPY_SYNC, else {DEFAULT_SYNC}")

@@ -24,7 +24,7 @@ import sys
 import time
 
 from ..cli import command
-from .args import machine_spec, nonneg_int, out_file, positive_float, positive_int
+from .args import add_sync, machine_spec, nonneg_int, out_file, positive_float, positive_int
 
 
 def _configure(p: argparse.ArgumentParser) -> None:
@@ -48,11 +48,7 @@ def _configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--png", type=out_file, default=None, help="also draw the best strategy")
     p.add_argument("--trace", type=out_file, default=None,
                    help="simulated Chrome trace of the best")
-    p.add_argument("--sync", choices=("shards", "collective"), default="shards",
-                   help="gradient sync: shards (point-to-point copies to update shards, what "
-                        "the runtime runs today; default) or collective (reduce-scatter + "
-                        "all-gather per 25 MiB bucket, ring/hierarchical/tree: docs/seam.md; "
-                        "use it past ~64 devices)")
+    add_sync(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--force", action="store_true",
                    help="overwrite --out even when it holds a faster strategy")
@@ -154,7 +150,7 @@ def _cost(sim, strategy) -> float:
     return float(getattr(r, "search_cost", r.iteration_time_s))
 
 
-def _previous(path: str, graph, machine, sync: str = "shards") -> tuple | None:
+def _previous(path: str, graph, machine, sync: str | None = None) -> tuple | None:
     """``(strategy or None, its cost or None, why not)`` of what ``path``
     holds, None when there is no such file."""
     import os
@@ -173,7 +169,7 @@ def _previous(path: str, graph, machine, sync: str = "shards") -> tuple | None:
 
 
 def write_strategy(path: str, best, graph, machine, force: bool = False,
-                   sync: str = "shards", new_cost: float | None = None,
+                   sync: str | None = None, new_cost: float | None = None,
                    previous: tuple | None = ()) -> dict:
     """Write ``best`` to ``path`` unless ``path`` already holds a strategy
     for this model and machine that simulates faster (``force`` overwrites
@@ -208,7 +204,7 @@ def _interrupted(args, graph, machine, found: dict) -> dict:
     """Ctrl-C during the search: write the best strategy found so far."""
     from ..optimizer import Simulator
 
-    sim = Simulator(graph, machine, sync=getattr(args, "sync", "shards"))
+    sim = Simulator(graph, machine, sync=getattr(args, "sync", None))
     costs = {m: _cost(sim, s) for m, (s, _) in found.items()}
     if not costs:
         return {"text": "interrupted before any strategy was found; nothing written",

@@ -20,7 +20,7 @@ MPI every rank runs and rank 0 prints.
 from __future__ import annotations
 
 from ..cli import command
-from .args import cost_spec, machine_spec, nonneg_int, out_file, positive_int, size_pair
+from .args import add_sync, cost_spec, machine_spec, nonneg_int, out_file, positive_int, size_pair
 
 
 def add_model_arguments(p) -> None:
@@ -91,11 +91,7 @@ def _configure(p) -> None:
                         "this machine, cached), contended (measured with every device busy; "
                         "the default with --compare, as `legionpy train` predicts), or a "
                         "profile JSON from `legionpy profile`")
-    p.add_argument("--sync", choices=("shards", "collective"), default="shards",
-                   help="gradient sync: shards (point-to-point copies to update shards, what "
-                        "the runtime runs today; default) or collective (reduce-scatter + "
-                        "all-gather per 25 MiB bucket, ring/hierarchical/tree: docs/seam.md; "
-                        "use it past ~64 devices)")
+    add_sync(p)
     p.add_argument("--compare", action="store_true",
                    help="also run the strategy for real here (--machine local) and report "
                         "simulated vs measured iteration time and per-device busy time")
@@ -124,7 +120,7 @@ def _simulate(args) -> dict:
 
     cm = cost_model_from_spec(args.cost, len(machine.devices), machine)
     with Stages(["task graph", "schedule"], f"simulate {args.model}", args.json) as stages:
-        sim = Simulator(graph, machine, cm, sync=getattr(args, "sync", "shards"))
+        sim = Simulator(graph, machine, cm, sync=getattr(args, "sync", None))
         sim.on_stage = stages
         result = sim.run(strategy)
         sim.on_stage = None
@@ -186,7 +182,7 @@ def _compare(args) -> dict:
     r = compare(args.model, args.strategy, scale=args.scale or "small", sizes=sizes,
                 cost=args.cost or LOCAL_COST,
                 steps=args.steps, warmup=args.warmup, overhead=not args.no_overhead,
-                sync=getattr(args, "sync", "shards"))
+                sync=getattr(args, "sync", None))
     out = r.to_dict()
     sim = out.pop("simulation")
     out.update({k: sim[k] for k in ("bytes_moved", "per_link_busy_s", "feasible")

@@ -2,7 +2,7 @@
 
 - :func:`from_onnx` (``onnx`` package): an ONNX file or ``ModelProto``;
 - :func:`from_torch` (``torch``, the ``[torch]`` extra): a ``torch.nn.Module``
-  traced with torch.fx.
+  traced with torch.fx (or, ``via="onnx"``, exported with torch.onnx).
 
 Both give layers named after the source graph's nodes and parameters taken
 from its weights; compile, fit, predict, search and simulate them like any
@@ -31,11 +31,11 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
 
 
 def from_torch(module: Any, example_input: Any, batch_size: int | None = None,
-               seed: int = 0, name: str | None = None) -> Any:
+               seed: int = 0, name: str | None = None, via: str = "fx") -> Any:
     """See :func:`legionpy.frontends.torch_fx.from_torch`."""
     from .torch_fx import from_torch as _from_torch
 
-    return _from_torch(module, example_input, batch_size, seed, name)
+    return _from_torch(module, example_input, batch_size, seed, name, via)
 
 
 def __getattr__(name: str) -> Any:

@@ -87,6 +87,9 @@ MASK_OPS = frozenset({"Where", "Equal", "Less", "LessOrEqual", "Greater", "Great
                       "Not", "And", "Or", "Xor", "Trilu", "ConstantOfShape", "Range", "IsNaN",
                       "IsInf", "CumSum", "Max", "Min"})
 
+#: operators that keep a constant's values (a parameter seen through them stays one)
+VIEW_OPS = frozenset({"Reshape", "Unsqueeze", "Squeeze", "Expand", "Identity"})
+
 #: operators that only move elements: run on an Indexed value's numbers
 INDEX_OPS = frozenset({"Flatten", "Gather", "Reshape", "Squeeze", "Unsqueeze", "Transpose",
                        "Slice", "Expand", "GatherND", "GatherElements", "Identity"})
@@ -109,6 +112,10 @@ class Importer:
     ones: set = field(default_factory=set)
     #: constants that are trained weights: float initializers and values folded from them
     weights: set = field(default_factory=set)
+    #: float initializers as stored, and pure views of them (Reshape, Unsqueeze,
+    #: Squeeze, Expand, Identity folded): model parameters, not values computed
+    #: from them by constant folding (see :func:`onnx_math.trained_factor`)
+    params: set = field(default_factory=set)
 
     def name(self, node: Any, suffix: str = "") -> str:
         """A unique op name from the node's name (or op type and position)."""
@@ -167,8 +174,14 @@ def _gathered(imp: Importer, name: str, v: Indexed) -> Any:
     """An Indexed value as one ``gather`` of its base (samples stay put)."""
     x, res = v.base, v.index
     n, per = x.shape[0], int(np.prod(x.shape[1:]))
-    own = np.arange(n).reshape((n,) + (1,) * (res.ndim - 1)) * per if res.ndim else None
-    if res.ndim < 1 or res.shape[0] != n or np.any(res - own != res[:1]):
+    # positions computed for the export's batch size (a Gather's constant
+    # indices) hold that many samples (several, when the graph's batch is
+    # symbolic): the same per-sample pattern serves any batch
+    k = res.shape[0] if res.ndim else -1
+    if k not in (n, imp.export_batch) and (imp.export_batch is not None or k < 2):
+        k = -1
+    own = np.arange(k).reshape((k,) + (1,) * (res.ndim - 1)) * per if k > 0 else None
+    if k < 1 or np.any(res - own != res[:1]):
         raise Unsupported(f"{name}: a reshape or gather that moves values between samples")
     return imp.model.gather(x, res[0], name=imp.name(_Named(name), ".gather"))
 
@@ -296,6 +309,7 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
     imp.outputs = {o.name for o in g.output}
     imp.opset = opset
     imp.weights = {k for k, v in consts.items() if v.dtype.kind == "f" and v.size > 1}
+    imp.params = set(imp.weights)
     for vi, dims in zip(inputs, dims0):
         if len(dims) < 2 or any(not isinstance(d, int) or d < 1 for d in dims[1:]):
             raise ModelError(f"{src}: ONNX input {vi.name!r} has shape {dims}; legionpy needs "
@@ -305,6 +319,7 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
         imp.names.add(vi.name)
         imp.values[vi.name] = m.input(tuple(dims[1:]), dtype=dtype, name=vi.name)
     from .onnx_fuse import fuse_layer_norm
+    from .onnx_layout import Lay
     from .onnx_lstm import fuse_erf_gelu
 
     consts_seen = dict(consts)
@@ -320,10 +335,18 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
                 imp.unsupported.setdefault(node.op_type, []).append((node.name or "?", ""))
             continue
         ins = [imp.values.get(i) if i else None for i in node.input]
-        if ins and node.op_type in INDEX_OPS and isinstance(ins[0], (Indexed, TensorRef)) and \
-                all(isinstance(v, np.ndarray) for v in ins[1:] if v is not None) and \
-                (isinstance(ins[0], Indexed) or _merges_batch(node, ins[0])):
+        if ins and node.op_type in INDEX_OPS and isinstance(ins[0], (Indexed, TensorRef, Lay)) \
+                and all(isinstance(v, np.ndarray) for v in ins[1:] if v is not None) and \
+                (isinstance(ins[0], Indexed) or _merges_batch(node, ins)):
             x = ins[0]
+            if isinstance(x, Lay):  # a layout: its values in ONNX order first
+                try:
+                    x = imp.act(node.input[0], f"{node.op_type} input")
+                except Unsupported as e:
+                    imp.unsupported.setdefault(node.op_type, []).append((node.name or "?",
+                                                                          str(e)))
+                    poisoned.update(node.output)
+                    continue
             if not isinstance(x, Indexed):
                 x = Indexed(x, np.arange(int(np.prod(x.shape))).reshape(x.shape))
             try:
@@ -349,6 +372,8 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
                     if node.op_type not in MASK_OPS and v.dtype.kind == "f" and \
                             any(i in imp.weights for i in node.input):
                         imp.weights.add(o)
+                    if node.op_type in VIEW_OPS and node.input[0] in imp.params:
+                        imp.params.add(o)
                 continue
             except Exception as e:  # noqa: BLE001 - reported with the node below
                 uniform = _uniform_expand(node, ins)
@@ -376,8 +401,13 @@ def from_onnx(model: Any, batch_size: int | None = None, seed: int = 0,
     return _finish(imp, g, add_softmax)
 
 
-def _merges_batch(node: Any, x: Any) -> bool:
-    """A ``Flatten`` whose first axis swallows the batch with other dims."""
+def _merges_batch(node: Any, ins: list) -> bool:
+    """A ``Flatten`` whose first axis swallows the batch with other dims, or
+    a ``Reshape`` to one dim (dynamo's ``as_strided``: the whole tensor
+    flattened, then a ``Gather`` of computed positions; ConvNeXt)."""
+    x = ins[0]
+    if node.op_type == "Reshape":
+        return len(ins) > 1 and isinstance(ins[1], np.ndarray) and ins[1].size == 1
     if node.op_type != "Flatten":
         return False
     a = next((a.i for a in node.attribute if a.name == "axis"), 1)

@@ -36,7 +36,7 @@ from . import onnx_layout as L
 from .onnx_import import Unsupported
 from .onnx_ops import attrs, elementwise, handles, norm_axis
 
-__all__ = ["binary", "fixed", "ceil_pad", "index_map"]
+__all__ = ["binary", "fixed", "ceil_pad", "index_map", "trained_factor", "concat_params"]
 
 _UNARY = {"Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal",
           "Neg": "neg", "Abs": "abs", "Erf": "erf", "Sin": "sin", "Cos": "cos",
@@ -108,6 +108,68 @@ def fixed(imp, name: str, value: np.ndarray) -> bool:
     by an exporter's optimiser is fixed too."""
     v = np.asarray(value)
     return name not in imp.weights or bool(v.size and (np.isneginf(v).any() or v.min() <= -1e4))
+
+
+def trained_factor(imp, name: str, value: np.ndarray, xshape) -> tuple[int, ...] | None:
+    """The shape of a ``layer_scale`` parameter for ``x * value``, or None
+    when ``value`` is fixed data. The rule (issue 27): a factor is trained
+    when it is a float initializer as stored (or a pure view of one:
+    ``Importer.params``; not a value legionpy's constant folding computed),
+    holds no mask entries (:func:`fixed`; nor only 0s and 1s with some 0),
+    is the same for every sample, and is a *channel vector*: exactly one
+    axis longer than 1 (ConvNeXt's (C, 1, 1) layer scale, a per-feature
+    (D,) scale). Masks (2-D causal or
+    padding tables, 0/1 patterns over several axes) and scalars stay fixed
+    ``binary``/``scale`` operands."""
+    if name not in imp.params or fixed(imp, name, value):
+        return None
+    v = np.asarray(value)
+    if np.isin(v, (0.0, 1.0)).all() and not v.all():
+        return None  # 0s and 1s, some 0: a mask (a buffer), not a scale
+    c = drop_batch(v, len(xshape))
+    if c.ndim == len(xshape):
+        if c.shape[0] != 1:
+            return None
+        c = c[0]
+    while c.ndim > 1 and c.shape[0] == 1:
+        c = c[0]
+    k = c.ndim
+    if sum(s > 1 for s in c.shape) != 1 or k >= len(xshape) or \
+            any(a not in (1, b) for a, b in zip(c.shape, xshape[len(xshape) - k:])):
+        return None
+    return tuple(int(s) for s in c.shape)
+
+
+def concat_params(imp, node, ins, ax):
+    """``Concat`` of one activation with trained constants (ViT's class
+    token: the parameter ``Expand``-ed over the batch, then concatenated
+    along the sequence): a ``concat_param`` per side of the activation.
+    A constant that is not a weight (see :func:`fixed`) is not supported."""
+    acts = [k for k, v in enumerate(ins) if not isinstance(v, np.ndarray)]
+    if len(acts) != 1:
+        raise Unsupported("concatenating constants with several activations")
+    x = imp.act(node.input[acts[0]], "Concat input")
+    ax = norm_axis(ax, x.ndim)
+    if ax == 0:
+        raise Unsupported("concatenating along the batch dim")
+    before, after = [], []
+    for k, (nm, v) in enumerate(zip(node.input, ins)):
+        if k == acts[0]:
+            continue
+        c = drop_batch(np.asarray(v, np.float32), x.ndim)
+        if nm not in imp.weights or fixed(imp, nm, v) or c.ndim != x.ndim or c.shape[0] != 1:
+            raise Unsupported(f"concatenating a fixed constant of shape {np.shape(v)} (only "
+                              "trained parameters, the same for every sample)")
+        (before if k < acts[0] else after).append(c[0])
+    for first, part in ((True, before), (False, after)):
+        if part:
+            c = np.concatenate(part, axis=ax - 1)
+            sub = imp.name(node, ".param" if first else ".param_after")
+            x = imp.model.concat_param(x, c.shape[ax - 1], axis=ax, first=first, name=sub)
+            from .onnx_ops import set_param
+
+            set_param(x, "value", c)
+    return x
 
 
 def binary(imp, node, ins, fn, cond=None):

@@ -82,16 +82,17 @@ def _conv(imp, node, ins):
     w = imp.const(node.input[1], "Conv weight")
     if w.ndim != 4 or x.ndim != 4:
         raise Unsupported("only 2-D convolutions")
-    if any(d != 1 for d in a.get("dilations", [1, 1])):
-        raise Unsupported(f"dilations {a['dilations']}")
     if a.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
         raise Unsupported("auto_pad")
     b = imp.const(node.input[2], "Conv bias") if len(node.input) > 2 and node.input[2] else None
+    if b is not None and node.input[2] not in imp.weights and not b.any():
+        b = None  # zeros the exporter made up (unoptimised dynamo: a bias-free conv)
     x, pads = _pads_first(imp, node, x, a.get("pads"))
     t = imp.model.conv2d(x, w.shape[0], tuple(w.shape[2:]), stride=tuple(a.get("strides",
                                                                                [1, 1])),
                          padding=pads, groups=a.get("group", 1),
-                         bias=b is not None, name=imp.name(node))
+                         bias=b is not None, name=imp.name(node),
+                         dilation=tuple(a.get("dilations", [1, 1])))
     set_param(t, "weight", w)
     if b is not None:
         set_param(t, "bias", b)
@@ -244,6 +245,8 @@ def _cast(imp, node, ins):
     floats, ints = (1, 10, 11, 16), (6, 7)  # FLOAT, FLOAT16, DOUBLE, BFLOAT16; INT32, INT64
     if to not in floats + ints + (9,):  # and BOOL (a mask)
         raise Unsupported(f"a cast to ONNX type {to}")
+    if isinstance(x, np.ndarray):  # CastLike of a constant to an activation's type
+        return [x.astype(bool if to == 9 else np.float32 if to in floats else np.int64)]
     is_float = str(getattr(x, "dtype", "float32")).startswith("float")
     if is_float == (to in floats) or (to == 9 and is_float):
         return [x]  # to BOOL: masks hold 0/1, kept as floats
@@ -332,6 +335,17 @@ def _mul(imp, node, ins):
                 pass
         return [binary(imp, node, ins, fn)]
     if c.size != 1 or (first and fn == "div"):
+        from .onnx_math import trained_factor
+
+        cname = node.input[0 if first else 1]
+        shape = trained_factor(imp, cname, c, x.shape) if fn == "mul" else None
+        if shape is not None:
+            xm = L.materialize(imp, node, x) if x.groups[-len(shape):] != x.dims[-len(shape):] \
+                or any(x.batch in g for g in x.groups[-len(shape):]) else x
+            if xm.groups[-len(shape):] == xm.dims[-len(shape):]:
+                t = imp.model.layer_scale(xm.base, shape, name=imp.name(node))
+                set_param(t, "gamma", np.asarray(c, np.float32).reshape(shape))
+                return [L.value(L.relayout(xm, t))]
         return [binary(imp, node, ins, fn)]
     alpha = float(c.reshape(-1)[0])
     alpha = 1.0 / alpha if fn == "div" else alpha
@@ -446,6 +460,10 @@ def _concat(imp, node, ins):
         if norm_axis(ax, len(ins[0].shape)) != 0 or len({v.unit for v in ins}) != 1:
             raise Unsupported("concatenating time-major tensors along a non-leading axis")
         return [Stack([r for v in ins for r in v.items], ins[0].unit)]
+    if any(isinstance(v, np.ndarray) for v in ins):
+        from .onnx_math import concat_params
+
+        return [concat_params(imp, node, ins, ax)]
     xs = [imp.act(n) for n in node.input]
     ax = norm_axis(ax, xs[0].ndim)
     if ax == 0:

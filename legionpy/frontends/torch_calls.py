@@ -37,11 +37,11 @@ def _shape(node: Any) -> tuple[int, ...]:
 
 # -- modules ---------------------------------------------------------------------------
 def _conv(ctx, node, mod):
-    if mod.dilation != (1, 1) or mod.padding_mode != "zeros" or isinstance(mod.padding, str):
-        raise Unsupported("dilation, padding_mode or string padding")
+    if mod.padding_mode != "zeros" or isinstance(mod.padding, str):
+        raise Unsupported("padding_mode or string padding")
     t = ctx.model.conv2d(_act(ctx, node.args[0]), mod.out_channels, mod.kernel_size,
                          mod.stride, mod.padding, mod.groups, bias=mod.bias is not None,
-                         name=ctx.name(node))
+                         name=ctx.name(node), dilation=tuple(mod.dilation))
     ctx.param(t, "weight", f"{node.target}.weight")
     if mod.bias is not None:
         ctx.param(t, "bias", f"{node.target}.bias")
@@ -300,10 +300,31 @@ def module_handler(mod: Any) -> Any:
 
 
 # -- functions and methods --------------------------------------------------------------
+_PLAIN = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
+          "div": operator.truediv}
+
+
+def _param_source(ctx, a: Any) -> str | None:
+    """The state-dict name of the trained parameter that fx node ``a`` is,
+    seen through ``expand``/``view``/``reshape``/``repeat``/``contiguous``
+    (ViT's ``class_token.expand(n, -1, -1)``); None for a buffer, a
+    constant or anything computed."""
+    import torch.fx as fx
+
+    while isinstance(a, fx.Node) and a.op == "call_method" and \
+            a.target in ("expand", "view", "reshape", "repeat", "contiguous", "expand_as"):
+        a = a.args[0]
+    if not isinstance(a, fx.Node) or a.op != "get_attr":
+        return None
+    return a.target if a.target in ctx.trained() else None
+
+
 def _binary(kind):
     def h(ctx, node):
         a, b = ctx.arg(node.args[0]), ctx.arg(node.args[1])
         m = ctx.model
+        if all(isinstance(v, (int, float)) for v in (a, b)):  # shape arithmetic
+            return _PLAIN[kind](a, b)
         if isinstance(a, TensorRef) and isinstance(b, TensorRef):
             if a.shape != b.shape or kind in ("sub", "div"):
                 if a.ndim != b.ndim:
@@ -314,6 +335,14 @@ def _binary(kind):
         if not isinstance(x, TensorRef):
             raise Unsupported("no tensor operand")
         c = np.asarray(c, np.float32)
+        src = next((_param_source(ctx, v) for v in node.args
+                    if _param_source(ctx, v) is not None), None)
+        if kind == "mul" and src is not None:
+            shape = _channel_vector(c, x.shape)
+            if shape is not None:  # a trained factor: ConvNeXt's layer scale, a scalar
+                t = m.layer_scale(x, shape, name=ctx.name(node))
+                ctx.param(t, "gamma", src, lambda v, s=shape: v.reshape(s))
+                return t
         if c.size == 1:
             v = float(c.reshape(-1)[0])
             if kind == "mul":
@@ -335,6 +364,19 @@ def _binary(kind):
             raise Unsupported(f"{kind} with a constant of shape {c.shape}")
         return m.binary(a if x is a else c, b if x is b else c, kind, name=ctx.name(node))
     return h
+
+
+def _channel_vector(c: np.ndarray, xshape) -> tuple[int, ...] | None:
+    """``c`` as a parameter over x's trailing dims (leading size-1 dims
+    dropped), or None when it does not broadcast so."""
+    c = c.reshape(1) if c.ndim == 0 else c
+    while c.ndim > 1 and c.shape[0] == 1:
+        c = c[0]
+    k = c.ndim
+    if k >= len(xshape) or \
+            any(a not in (1, b) for a, b in zip(c.shape, xshape[len(xshape) - k:])):
+        return None
+    return tuple(int(s) for s in c.shape)
 
 
 def _unary_call(fn, **params):
@@ -427,12 +469,55 @@ def _flatten_fn(ctx, node):
 
 
 def _cat(ctx, node):
+    vals = [ctx.arg(a) for a in node.args[0]]
+    if any(isinstance(v, np.ndarray) for v in vals):
+        return _cat_params(ctx, node, vals)
     xs = [_act(ctx, a) for a in node.args[0]]
     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
     dim = dim % xs[0].ndim
     if dim == 0:
         raise Unsupported("concatenating along the batch dim")
     return ctx.model.concat(xs, axis=dim, name=ctx.name(node))
+
+
+def _cat_params(ctx, node, vals):
+    """``torch.cat`` of one activation with trained parameters expanded over
+    the batch (ViT's class token) -> ``concat_param`` on each side."""
+    acts = [k for k, v in enumerate(vals) if isinstance(v, TensorRef)]
+    if len(acts) != 1:
+        raise Unsupported("concatenating constants with several activations")
+    x = vals[acts[0]]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    dim = dim % x.ndim
+    if dim == 0:
+        raise Unsupported("concatenating along the batch dim")
+    for k, (a, v) in enumerate(zip(node.args[0], vals)):
+        if k == acts[0]:
+            continue
+        src = _param_source(ctx, a)
+        if src is None or not isinstance(v, np.ndarray) or v.ndim != x.ndim:
+            raise Unsupported("concatenating a constant that is not a trained parameter")
+        rows = int(v.shape[dim])
+        name = ctx.name(node, ".param" if k < acts[0] else ".param_after")
+        shape = tuple(x.shape[1:dim]) + (rows,) + tuple(x.shape[dim + 1:])
+        t = ctx.model.concat_param(x, rows, axis=dim, first=k < acts[0], name=name)
+        ctx.param(t, "value", src, lambda p, s=shape: np.broadcast_to(p, (1,) + s)[0].copy())
+        x = t
+    return x
+
+
+def _expand(ctx, node):
+    """``Tensor.expand`` of a constant (a parameter broadcast over the
+    batch: the value, broadcast; :func:`_param_source` keeps its origin)."""
+    v = ctx.arg(node.args[0])
+    if not isinstance(v, np.ndarray):
+        raise Unsupported("expanding an activation")
+    shape = node.args[1] if len(node.args) == 2 and isinstance(node.args[1], (tuple, list)) \
+        else node.args[1:]
+    shape = [ctx.arg(d) for d in shape]
+    lead = len(shape) - v.ndim
+    full = tuple(v.shape[i - lead] if d == -1 else int(d) for i, d in enumerate(shape))
+    return np.broadcast_to(v, full)
 
 
 def _reshape_m(ctx, node):
@@ -510,6 +595,14 @@ def _size(ctx, node):
     return s[node.args[1]] if len(node.args) > 1 else s
 
 
+def _ndim(ctx, node):
+    """``Tensor.dim()`` (shape checks such as torchvision's ``torch._assert``)."""
+    v = ctx.arg(node.args[0])
+    if not hasattr(v, "shape"):
+        raise Unsupported("dim() of a value without a shape")
+    return len(v.shape)
+
+
 def _identity(ctx, node):
     return ctx.arg(node.args[0])
 
@@ -547,7 +640,8 @@ def _calls() -> dict:
          torch.rsqrt: _unary_call("rsqrt"), torch.erf: _unary_call("erf"),
          torch.mean: _mean, ".mean": _mean, F.adaptive_avg_pool2d: _adaptive_fn,
          torch.transpose: _permute, torch.permute: _permute, torch.chunk: _chunk,
-         ".chunk": _chunk, getattr: _getattr, F.layer_norm: _layer_norm_fn}
+         ".chunk": _chunk, getattr: _getattr, F.layer_norm: _layer_norm_fn,
+         ".expand": _expand, ".dim": _ndim}
     if stochastic_depth is not None:
         c[stochastic_depth] = _stochastic_depth
     return c

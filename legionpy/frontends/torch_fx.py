@@ -52,6 +52,14 @@ class _Ctx:
         self.values: dict[Any, Any] = {}
         self.imported: dict[str, Any] = {}
         self.names: set[str] = set()
+        self._trained: set[str] | None = None
+
+    def trained(self) -> set[str]:
+        """Names of the module's trained parameters (``named_parameters``;
+        buffers and plain attributes are fixed constants)."""
+        if self._trained is None:
+            self._trained = {n for n, _ in self.module.named_parameters()}
+        return self._trained
 
     def name(self, node: Any, suffix: str = "") -> str:
         n, k = node.name + suffix, 1
@@ -100,12 +108,16 @@ def _tracer(nn: Any) -> Any:
 
 
 def from_torch(module: Any, example_input: Any, batch_size: int | None = None, seed: int = 0,
-               name: str | None = None) -> Any:
+               name: str | None = None, via: str = "fx") -> Any:
     """Import ``module`` (a ``torch.nn.Module``) traced with torch.fx on
     ``example_input`` (a tensor, batch first) as an uncompiled
     :class:`legionpy.nn.Model` with the module's weights. ``batch_size``
     defaults to the example's. Raises :class:`UnsupportedOperatorError`
-    listing every call legionpy cannot import."""
+    listing every call legionpy cannot import. ``via="onnx"``: export with
+    ``torch.onnx.export(dynamo=True)`` and import that instead (modules fx
+    cannot trace, such as Hugging Face models: :mod:`.torch_onnx`)."""
+    if via not in ("fx", "onnx"):
+        raise ModelError(f"from_torch: via must be 'fx' or 'onnx', got {via!r}")
     try:
         import torch
         import torch.fx as fx
@@ -122,12 +134,20 @@ def from_torch(module: Any, example_input: Any, batch_size: int | None = None, s
     if not isinstance(x, torch.Tensor) or x.dim() < 2:
         raise ModelError("from_torch: example_input must be one batch-first tensor of rank "
                          f">= 2, got {type(x).__name__}")
+    if via == "onnx":
+        from .torch_onnx import from_torch_onnx
+
+        return from_torch_onnx(module, x, batch_size, seed, name)
     tracer = _tracer(nn)
     try:
         graph = tracer.trace(module)
     except Exception as e:  # noqa: BLE001 - fx's own message says which construct
-        raise ModelError(f"from_torch: torch.fx cannot trace {type(module).__name__} ({e})") \
-            from None
+        hf = type(module).__module__.startswith("transformers")
+        raise ModelError(f"from_torch: torch.fx cannot trace {type(module).__name__} ({e}); "
+                         + ("transformers 5 has no fx tracer of its own (transformers.utils.fx "
+                            "is gone); " if hf else "")
+                         + "pass via='onnx' to export it with torch.onnx.export(dynamo=True) "
+                         "and import that") from None
     gm = fx.GraphModule(tracer.root, graph)
     was = module.training
     module.eval()

@@ -231,7 +231,7 @@ def optimizer_update_terms(optimizer: Any) -> tuple[int, float]:
 
 def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_COST,
             overhead: bool | RuntimeOverhead = True,
-            background_cores: float | None = None, sync: str = "shards",
+            background_cores: float | None = None, sync: str | None = None,
             optimizer: Any = None) -> dict[str, Any]:
     """The local machine model's prediction of one training iteration of
     ``graph`` under ``strategy`` (a Strategy): the simulator with ``cost``
@@ -318,7 +318,7 @@ def train_prediction(model: Any, measured_s: float,
 def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
             sizes: dict | None = None, cost: Any = LOCAL_COST, steps: int = 5, warmup: int = 2,
             overhead: bool | RuntimeOverhead = True, seed: int = 0,
-            machine: Any = None, sync: str = "shards") -> FidelityResult:
+            machine: Any = None, sync: str | None = None) -> FidelityResult:
     """Simulate ``model`` under ``strategy`` on the local machine, run it for
     real, and compare (module doc).
 

@@ -89,8 +89,8 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     and save to it every ``checkpoint_every`` steps, at the end and on
     Ctrl-C (which raises :class:`~legionpy.errors.Interrupted` after the
     step in flight). ``progress``: a tqdm bar on rank 0 (when stderr is a
-    terminal). ``sync``: gradient synchronisation, ``"shards"`` or
-    ``"collective"`` (None: ``LEGIONPY_SYNC``, else shards; README "Many
+    terminal). ``sync``: gradient synchronisation, ``"collective"`` or
+    ``"shards"`` (None: ``LEGIONPY_SYNC``, else collective; README "Many
     processes / collectives")."""
     import os
 

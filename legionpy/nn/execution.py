@@ -71,7 +71,8 @@ from typing import Any
 import numpy as np
 
 from .. import runtime as lr
-from ..errors import ModelError
+from ..collectives import SYNC_MODES, resolve_sync
+from ..errors import ModelError, StrategyError
 from ..geometry import Rect
 from ..mapper import StrategyMapper, update_points, weight_tiles
 from ..ops.execute import Tile, check_tiling, loss_gradient, tile_backward, tile_forward
@@ -84,7 +85,6 @@ from .losses import metric_sums
 
 __all__ = ["Executor", "OpPlan", "SLOW_DEVICES", "SYNC_MODES", "sparse_params"]
 
-SYNC_MODES = ("shards", "collective")
 
 
 def _parse_slow(spec: str) -> dict[int, float]:
@@ -322,11 +322,10 @@ class Executor:
         #: gradient synchronisation (docs/seam.md section 2): ``"shards"``
         #: (update shards, copies, folds) or ``"collective"`` (nn/sync.py);
         #: from ``sync``, else the strategy's ``sync``, else LEGIONPY_SYNC
-        self.sync = sync or getattr(strategy, "sync", None) or os.environ.get(
-            "LEGIONPY_SYNC", "shards")
-        if self.sync not in SYNC_MODES:
-            raise ModelError(f"sync mode {self.sync!r} is not one of {', '.join(SYNC_MODES)} "
-                             "(LEGIONPY_SYNC, Strategy.sync)")
+        try:
+            self.sync = resolve_sync(sync or getattr(strategy, "sync", None))
+        except StrategyError as e:
+            raise ModelError(f"{e} (model.compile(sync=...), Strategy.sync)") from None
         self.csync: Any = None
         self._flat_stale = False  # collective sync: parameter regions newer than the flat ones
         self.graph, self.strategy, self.opt = graph, strategy, optimizer
@@ -595,25 +594,28 @@ class Executor:
         if self.csync is not None:  # per bucket and group: RS -> U of each chunk -> AG
             steps = self.csync.steps
             for what, i, p in self.csync.order:
-                g, rs, (part, task, opts, sparse), ag = steps[i]
+                g, rs, (parts, task, opts, sparse), ag = steps[i]
                 if what == "RS":
                     rs()
                 elif what == "AG":
                     ag()
                 else:
-                    lr.index_launch(task, opts[p][1], part, t, sparse, g.name,
+                    lr.index_launch(task, opts[p][1], *parts, t, sparse, g.name,
                                     launch_options=opts[p][0])
         return fm
 
-    def _cupdate(self, v: Any, step: int, sparse: dict, name: str = "") -> None:
-        """U of one chunk of a group's flat buffer (collective sync): the
-        optimizer on the chunk; embedding tables' elements only where their
-        gradient is nonzero (the rows this batch touched)."""
+    def _cupdate(self, v: Any, *args: Any) -> None:
+        """U of one chunk of a group's flat buffer (collective sync), ``v``
+        its weights and gradients, then (an optimizer with state) ``o`` its
+        state, ``step``, ``sparse``, ``name``: the optimizer on the chunk;
+        embedding tables' elements only where their gradient is nonzero (the
+        rows this batch touched)."""
+        o, (step, sparse, name) = (args[0], args[1:]) if self.opt.fields else (None, args)
         p = v.region.color[0]
         if self.standin is not None:
             return _stand_in(self, f"U:{name}[{p}]")
         segs = sparse.get(p)
-        state = {f: v[f] for f in self.opt.fields}
+        state = {f: o[f] for f in self.opt.fields}
         if not segs:
             self.opt.update(v.w, v.g, state, step)
             return

@@ -42,6 +42,8 @@ def initial_value(p: Parameter, seed: int) -> np.ndarray:
         a = np.zeros(p.shape)
     elif kind == "ones":
         a = np.ones(p.shape)
+    elif kind == "constant":
+        a = np.full(p.shape, float(spec["value"]))
     elif kind == "glorot_uniform":
         lim = np.sqrt(6.0 / (spec["fan_in"] + spec["fan_out"]))
         a = rng.uniform(-lim, lim, p.shape)
@@ -51,5 +53,5 @@ def initial_value(p: Parameter, seed: int) -> np.ndarray:
         a = rng.normal(0.0, spec.get("std", 1.0), p.shape)
     else:
         raise ModelError(f"parameter {p.name!r}: unknown initialiser {kind!r}; known: zeros, "
-                         "ones, glorot_uniform, uniform, normal, array")
+                         "ones, constant, glorot_uniform, uniform, normal, array")
     return a.astype(p.dtype)

@@ -40,8 +40,8 @@ __all__ = ["Model", "History", "LAYERS"]
 LAYERS = ("input", "conv2d", "pool2d", "dense", "flat", "reshape", "relu", "sigmoid", "tanh",
           "gelu", "batch_norm", "dropout", "concat", "add", "multiply", "softmax", "embedding",
           "batch_matmul", "lstm", "attention", "layer_norm", "transpose", "slice", "scale",
-          "add_bias", "positional_encoding", "multihead_attention", "unary", "binary",
-          "reduce", "pad", "cast", "gather", "tied_dense")
+          "add_bias", "layer_scale", "concat_param", "positional_encoding",
+          "multihead_attention", "unary", "binary", "reduce", "pad", "cast", "gather", "tied_dense")
 _ids = itertools.count()
 
 
@@ -98,9 +98,9 @@ class Model:
         """Fix optimizer, loss, metrics and strategy ("data" | "model" | "owt" |
         "search" | Strategy | JSON path) for ``machine`` (default: this runtime's
         devices, ``Machine.local``). Creates the regions and initial parameters.
-        ``sync``: gradient synchronisation, ``"shards"`` or ``"collective"``
+        ``sync``: gradient synchronisation, ``"collective"`` or ``"shards"``
         (default: the strategy's ``sync``, else ``LEGIONPY_SYNC``, else
-        shards; README "Many processes / collectives")."""
+        collective; README "Many processes / collectives")."""
         from .. import runtime as lr
 
         if not self.graph.ops:

@@ -19,8 +19,8 @@ from typing import Any
 __all__ = ["simulated_order"]
 
 
-def simulated_order(graph: Any, strategy: Any, machine: Any,
-                    cost_model: Any = None, sync: str = "shards") -> Callable[[list[dict]], dict]:
+def simulated_order(graph: Any, strategy: Any, machine: Any, cost_model: Any = None,
+                    sync: str | None = None) -> Callable[[list[dict]], dict]:
     """``order(records) -> {queue: [record ids]}`` for ``lp.trace(order=...)``,
     from a simulation of ``strategy`` on ``machine`` (made on first use)."""
 

@@ -7,12 +7,18 @@ PyTorch FSDP's flat parameters (Rajbhandari et al., SC'20): every group
 member holds a flat replica of the group's tiles, padded to ``n`` equal
 chunks, and position ``p`` owns chunk ``p``.
 
-Regions: one 1-D region per bucket, fields ``w``, ``g`` and the optimizer
-state; group ``gi`` of ``n`` devices occupies ``n`` rows of ``padded``
-elements each (row ``p`` lives on device ``group[p]``). The tiles of the
-group are concatenated in bucket order, each row-major
+Regions: two 1-D regions per bucket. The rows (fields ``w`` and ``g``):
+group ``gi`` of ``n`` devices has ``n`` rows of ``padded`` elements each
+(row ``p`` lives on device ``group[p]``); the tiles of the group are
+concatenated in bucket order, each row-major
 (:func:`legionpy.collectives.bucket_groups`), so a point task reads its
-weight tile as a contiguous slice of its device's row.
+weight tile as a contiguous slice of its device's row. The optimizer state
+(``bucket<b>.state``, the optimizer's fields) holds only chunk ``p`` of
+row ``p``: the state is sharded over the group (ZeRO stage 1). Both are
+laid out device-major -- every row of one device, then the next device's --
+so each device's instances are exactly its rows and its chunks (a
+group-major layout made a device that belongs to several groups of a
+bucket hold the bounding box of its rows, other devices' rows included).
 
 Launches per bucket ``b``, group ``gi`` (names as the simulator's task
 graph and the mirror: ``RS(b<b>.<gi>)``, ``U(b<b>.<gi>)`` point ``p``,
@@ -36,19 +42,30 @@ __all__ = ["CollectiveSync", "Group"]
 
 
 class Group:
-    """One replica group of one bucket: ``b``, ``gi``, ``devices``, ``base``
-    (first element of its rows), ``row`` (padded elements per row),
-    ``members`` [(param name, tile rect, offset in the row)], ``elems``."""
+    """One replica group of one bucket: ``b``, ``gi``, ``devices``, ``row``
+    (padded elements per row, ``n`` equal chunks), ``members`` [(param name,
+    tile rect, offset in the row)], ``elems``; after the layout ``bases[p]``
+    (first element of row ``p`` in the bucket's rows) and ``obases[p]``
+    (first element of chunk ``p`` in its optimizer state)."""
 
-    def __init__(self, b: int, gi: int, devices: tuple, base: int, row: int,
-                 members: list, elems: int) -> None:
-        self.b, self.gi, self.devices, self.base, self.row = b, gi, devices, base, row
+    def __init__(self, b: int, gi: int, devices: tuple, row: int, members: list,
+                 elems: int) -> None:
+        self.b, self.gi, self.devices, self.row = b, gi, devices, row
         self.members, self.elems = members, elems
         self.name = f"b{b}.{gi}"
+        self.chunk = row // len(devices)
+        self.bases = [0] * len(devices)
+        self.obases = [0] * len(devices)
 
     def rect(self, p: int, lo: int = 0, hi: int | None = None) -> Rect:
-        s = self.base + p * self.row
+        """Elements ``[lo, hi)`` of row ``p`` (the whole row by default)."""
+        s = self.bases[p]
         return Rect((s + lo,), (s + (self.row if hi is None else hi),))
+
+    def orect(self, p: int) -> Rect:
+        """Chunk ``p``'s optimizer state."""
+        s = self.obases[p]
+        return Rect((s,), (s + self.chunk,))
 
 
 class CollectiveSync:
@@ -61,55 +78,87 @@ class CollectiveSync:
         tiles = weight_tiles(graph, strategy)
         sizes = [float(np.prod(p.shape) * np.dtype(p.dtype).itemsize) for p in reversed(params)]
         W = len(params)
-        self.buckets = [[W - 1 - i for i in bk] for bk in C.buckets(sizes)]
+        dts = [np.dtype(p.dtype).str for p in reversed(params)]
+        self.buckets = [[W - 1 - i for i in bk] for bk in C.buckets(sizes, kinds=dts)]
         self.groups: list[Group] = []
-        self.regions: list[Region] = []
+        self.regions: list[Region] = []  # per bucket: the rows (w, g)
+        self.states: list[Region | None] = []  # per bucket: the optimizer state's chunks
         self.where: dict[tuple[str, Rect], tuple[Group, int, Rect]] = {}  # tile -> group, off
         self.tiles = tiles
-        fields_ = ("w", "g", *ex.opt.fields)
         for b, ws in enumerate(self.buckets):
             items = []
-            dts = {np.dtype(params[w].dtype) for w in ws}
-            if len(dts) > 1:
-                raise ModelError(f"collective sync: bucket {b} mixes parameter dtypes {dts}; "
-                                 "use sync='shards' for mixed-precision parameters")
-            dt = dts.pop()
+            dt = np.dtype(params[ws[0]].dtype)  # one dtype per bucket (C.buckets kinds)
             for w in ws:
                 p = params[w]
                 for t in tiles[p.name]:
                     items.append((t, t.users, float(t.rect.volume * dt.itemsize), p.name))
-            base = 0
+            made = []
             for gi, (group, idx, _) in enumerate(C.bucket_groups([x[:3] for x in items])):
                 off, members = 0, []
                 for x in idx:
                     t, _, _, pname = items[x]
                     members.append((pname, t.rect, off))
                     off += t.rect.volume
-                g = Group(b, gi, group, base, C.padded(off, len(group)), members, off)
+                g = Group(b, gi, group, C.padded(off, len(group)), members, off)
                 for pname, r, o in members:
                     self.where[(pname, r)] = (g, o, r)
-                self.groups.append(g)
-                base += len(group) * g.row
-            self.regions.append(Region((max(base, 1),), {f: dt for f in fields_},
-                                       name=f"bucket{b}"))
+                made.append(g)
+            base = obase = 0  # device-major: each device's rows, and chunks, contiguous
+            for d in sorted({d for g in made for d in g.devices}):
+                for g in made:
+                    if d in g.devices:
+                        p = g.devices.index(d)
+                        g.bases[p], g.obases[p] = base, obase
+                        base += g.row
+                        obase += g.chunk
+            self.groups += made
+            self.regions.append(Region((max(base, 1),), {"w": dt, "g": dt}, name=f"bucket{b}"))
+            self.states.append(Region((max(obase, 1),), {f: dt for f in ex.opt.fields},
+                                      name=f"bucket{b}.state") if ex.opt.fields else None)
+        self._reserve(ex)
         self._launches(ex)
+
+    def _reserve(self, ex: Any) -> None:
+        """Make each local device's instances of its rows once, at their
+        final size: the whole padded row of ``w`` and ``g`` (what the
+        collectives move) and its chunk of the optimizer state. Made on
+        first use instead, the forward's reads would size ``w`` to the
+        members' elements and the all-gather grow it to the padded row,
+        holding both for a moment: a peak the simulator rightly does not
+        count (docs/memory.md)."""
+        rt = ex.rt
+        inst = rt.instances
+        local = {d.id for d in rt.local}
+        for g in self.groups:
+            reg, state = self.regions[g.b], self.states[g.b]
+            for p, d in enumerate(g.devices):
+                if d not in local:
+                    continue
+                for f in ("w", "g"):
+                    inst.reserve(d, reg, f, g.rect(p))
+                for f in ex.opt.fields:
+                    inst.reserve(d, state, f, g.orect(p))
 
     def _launches(self, ex: Any) -> None:
         from ..regions import RW
         from ..runtime import LaunchOptions, TaskFunction
 
-        u_fields = ("w", "g", *ex.opt.fields)
-        self.steps = []  # (group, rs, (partition, task, options), ag)
+        self.steps = []  # (group, rs, (partitions, task, options, sparse), ag)
         self.table: dict = {}
         node_of, choose = _chooser(ex)
         for g in self.groups:
             reg = self.regions[g.b]
             n = len(g.devices)
             chunks = C.chunk_bounds(g.elems, n)
-            upart = Partition.by_rects(reg, {(p,): g.rect(p, lo, hi)
-                                             for p, (lo, hi) in enumerate(chunks)})
+            uparts = [Partition.by_rects(reg, {(p,): g.rect(p, lo, hi)
+                                               for p, (lo, hi) in enumerate(chunks)})]
+            privs = [RW("w", "g")]
+            if ex.opt.fields:  # the chunk's optimizer state
+                uparts.append(Partition.by_rects(self.states[g.b], {
+                    (p,): g.orect(p) for p in range(n)}))
+                privs.append(RW(*ex.opt.fields))
             name = f"U({g.name})"
-            task = TaskFunction(ex._cupdate, [RW(*u_fields)], name=name, kind="update")
+            task = TaskFunction(ex._cupdate, privs, name=name, kind="update")
             # one launch per point (its colour p names it U:b.g[p]), so the
             # launches follow the task graph's key order (below)
             opts = []
@@ -129,7 +178,7 @@ class CollectiveSync:
                 ag = Collective("all_gather", g.devices, parts, "w",
                                 choose("all_gather", g.devices, nbytes), f"AG({g.name})",
                                 node_of)
-            self.steps.append((g, rs, (upart, task, opts, sparse), ag))
+            self.steps.append((g, rs, (tuple(uparts), task, opts, sparse), ag))
         #: the launches in the task graph's stable-id order (optimizer/
         #: collective_block.py keys: bucket, then k -- RS 0, U of position p
         #: 1 + p, AG 1 + n -- then the group): ``(what, step index, p)``
@@ -178,34 +227,41 @@ class CollectiveSync:
 
     # -- host values ------------------------------------------------------------------
     def load(self, pregions: dict, fields: tuple) -> None:
-        """Write every parameter region's values into the flat regions (every
-        row of every group: the replicas)."""
+        """Write every parameter region's values into the flat regions: the
+        weights into every row of every group (the replicas), the optimizer
+        state into each position's chunk."""
         for b, reg in enumerate(self.regions):
             gs = [g for g in self.groups if g.b == b]
             for f in fields:
-                flat = np.zeros(reg.rect.shape, reg.fields[f])
+                target = reg if f in ("w", "g") else self.states[b]
+                flat = np.zeros(target.rect.shape, target.fields[f])
                 for g in gs:
-                    row = np.zeros(g.row, reg.fields[f])
+                    row = np.zeros(g.row, target.fields[f])
                     for pname, r, off in g.members:
                         row[off:off + r.volume] = pregions[pname].read(f)[r.to_slices()].ravel()
+                    c = g.chunk
                     for p in range(len(g.devices)):
-                        flat[g.base + p * g.row:g.base + (p + 1) * g.row] = row
-                reg.write(f, flat)
+                        if target is reg:
+                            flat[g.bases[p]:g.bases[p] + g.row] = row
+                        else:
+                            flat[g.obases[p]:g.obases[p] + c] = row[p * c:(p + 1) * c]
+                target.write(f, flat)
 
     def store(self, pregions: dict, fields: tuple) -> None:
         """Write the flat regions back into the parameter regions: chunk ``p``
-        of group row ``p`` is authoritative (the optimizer state lives there
-        only)."""
+        of group row ``p`` is authoritative, and so is its optimizer state."""
         vals = {}
         for b, reg in enumerate(self.regions):
             gs = [g for g in self.groups if g.b == b]
             for f in fields:
-                flat = reg.read(f)
+                rows = f in ("w", "g")
+                flat = (reg if rows else self.states[b]).read(f)
                 for g in gs:
                     row = np.empty(g.row, flat.dtype)
-                    for p, (lo, hi) in enumerate(C.chunk_bounds(g.elems, len(g.devices))):
-                        s = g.base + p * g.row
-                        row[lo:hi] = flat[s + lo:s + hi]
+                    c = g.chunk
+                    for p in range(len(g.devices)):
+                        s = g.bases[p] + p * c if rows else g.obases[p]
+                        row[p * c:(p + 1) * c] = flat[s:s + c]
                     for pname, r, off in g.members:
                         key = (pname, f)
                         if key not in vals:

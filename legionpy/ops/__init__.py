@@ -29,13 +29,22 @@ from .layers import (
     Tanh,
 )
 from .recurrent import Attention, Embedding, LSTMCell, TiedDense
-from .sequence import AddBias, LayerNorm, PositionalEncoding, Scale, Slice, Transpose
+from .sequence import (
+    AddBias,
+    ConcatParam,
+    LayerNorm,
+    LayerScale,
+    PositionalEncoding,
+    Scale,
+    Slice,
+    Transpose,
+)
 
 __all__ = [
     "REGISTRY", "Operator", "Parameter", "TensorRef", "op_class", "register",
     "Add", "BatchMatmul", "BatchNorm", "Concat", "Conv2D", "Dense", "Dropout", "Flat",
     "Gelu", "Input", "Multiply", "Pool2D", "Relu", "Reshape", "Sigmoid", "Softmax",
-    "Tanh", "Attention", "Embedding", "LSTMCell", "TiedDense", "AddBias", "LayerNorm",
-    "PositionalEncoding", "Scale", "Slice", "Transpose", "Unary", "Binary", "Reduce", "Pad",
-    "Cast", "Gather",
+    "Tanh", "Attention", "Embedding", "LSTMCell", "TiedDense", "AddBias", "LayerScale",
+    "ConcatParam", "LayerNorm", "PositionalEncoding", "Scale", "Slice", "Transpose", "Unary",
+    "Binary", "Reduce", "Pad", "Cast", "Gather",
 ]

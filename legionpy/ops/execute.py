@@ -153,7 +153,8 @@ class _Conv:
     def _geom(op, t):
         a = op.attrs
         rect, pad = K.conv2d_input_rect(op.inputs[0].shape, t.out, a["kernel"], a["stride"],
-                                        a["padding"], a["groups"], a["out_channels"])
+                                        a["padding"], a["groups"], a["out_channels"],
+                                        a.get("dilation", 1))
         g = 1
         if a["groups"] > 1:
             g0, g1 = K.conv2d_tile_groups(t.out, a["out_channels"], a["groups"])
@@ -164,7 +165,8 @@ class _Conv:
     def forward(op, t):
         pad, g = _Conv._geom(op, t)
         bias = t.ws.get("bias") if t.part[0] == 0 else None  # added by slice 0 only
-        z = K.conv2d_forward(t.xs[0], t.ws["weight"], bias, op.attrs["stride"], pad, g)
+        z = K.conv2d_forward(t.xs[0], t.ws["weight"], bias, op.attrs["stride"], pad, g,
+                             dilation=op.attrs.get("dilation", 1))
         return _act_fwd(op.attrs.get("activation"), z, t.cache)
 
     @staticmethod
@@ -174,7 +176,8 @@ class _Conv:
         dz = _act_bwd(act, dy, y, t.cache)
         dx, dw, db = K.conv2d_backward(dz, t.xs[0], t.ws["weight"], op.attrs["stride"], pad, g,
                                        has_bias="bias" in t.ws and t.part[0] == 0,
-                                       need_input_grad=t.need(0))
+                                       need_input_grad=t.need(0),
+                                       dilation=op.attrs.get("dilation", 1))
         return [dx], _with_bias_grad(t, {"weight": dw}, db)
 
 

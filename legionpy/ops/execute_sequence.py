@@ -75,6 +75,59 @@ class _AddBias:
         return [dy], {"bias": dy.sum(axis=tuple(range(dy.ndim - k)))}
 
 
+@tile_kernel("layer_scale")
+class _LayerScale:
+    @staticmethod
+    def forward(op, t):
+        return t.xs[0] * t.ws["gamma"]
+
+    @staticmethod
+    def backward(op, t, y, dy):
+        g = t.ws["gamma"]
+        lead = dy.ndim - g.ndim  # the batch and dims before gamma's: summed
+        axes = tuple(range(lead)) + tuple(lead + d for d, s in enumerate(g.shape) if s == 1)
+        dg = (dy * t.xs[0]).sum(axis=axes, keepdims=True).reshape(g.shape)
+        return [dy * g], {"gamma": dg}
+
+
+@tile_kernel("concat_param")
+class _ConcatParam:
+    """The output tile holds a piece of the parameter (broadcast over the
+    tile's samples) and a piece of the input along the axis, either maybe
+    empty; the pieces sit where their rects say."""
+
+    @staticmethod
+    def _cuts(op, t):
+        ax = op.attrs["axis"]
+        (plo, _), (xlo, _) = op._ranges()
+        w = op.weight_rect("value", t.out)
+        x = op.input_rect(0, t.out)
+        sl_w = [slice(None)] * t.out.ndim
+        sl_x = [slice(None)] * t.out.ndim
+        sl_w[ax] = slice(w.lo[ax - 1] + plo - t.out.lo[ax], w.hi[ax - 1] + plo - t.out.lo[ax])
+        sl_x[ax] = slice(x.lo[ax] + xlo - t.out.lo[ax], x.hi[ax] + xlo - t.out.lo[ax])
+        return tuple(sl_w), tuple(sl_x), w.volume > 0, x.volume > 0
+
+    @staticmethod
+    def forward(op, t):
+        x, p = t.xs[0], t.ws["value"]
+        y = array_module(x).empty(t.out.shape, x.dtype)
+        sw, sx, hw, hx = _ConcatParam._cuts(op, t)
+        if hw:
+            y[sw] = p[None].astype(x.dtype, copy=False)
+        if hx:
+            y[sx] = x
+        return y
+
+    @staticmethod
+    def backward(op, t, y, dy):
+        sw, sx, hw, hx = _ConcatParam._cuts(op, t)
+        xp = array_module(dy)
+        dx = dy[sx] if hx else xp.zeros(t.xs[0].shape, dy.dtype)
+        dp = dy[sw].sum(axis=0) if hw else xp.zeros(t.ws["value"].shape, dy.dtype)
+        return [dx], {"value": dp}
+
+
 def sinusoid(rows: range, cols: range, d_model: int, xp=np) -> np.ndarray:
     """The sinusoidal positional table ``PE[rows, cols]`` of width ``d_model``."""
     pos = xp.arange(rows.start, rows.stop, dtype=np.float64)[:, None]

@@ -77,8 +77,10 @@ class Input(Operator):
 @register
 class Conv2D(Operator):
     """2-D convolution, NCHW. attrs: out_channels, kernel, stride, padding
-    (pairs), groups, bias, activation. Params: ``weight`` (Cout, Cin/groups,
-    kh, kw) and ``bias`` (Cout,)."""
+    (pairs), groups, bias, activation, and ``dilation`` (a pair, present only
+    when not 1: a dilated kernel reads a window of ``d * (k - 1) + 1`` rows,
+    which the output size and the input halo use; the FLOPs stay ``k``
+    taps). Params: ``weight`` (Cout, Cin/groups, kh, kw) and ``bias`` (Cout,)."""
 
     kind = "conv2d"
 
@@ -94,8 +96,19 @@ class Conv2D(Operator):
         if x[1] % g or cout % g:
             raise GraphError(f"conv2d {self.name!r}: groups={g} must divide in_channels="
                              f"{x[1]} and out_channels={cout}")
-        (kh, kw), (sh, sw), (ph, pw) = a["kernel"], a["stride"], a["padding"]
+        if "dilation" in a:
+            a["dilation"] = _pair(a["dilation"])
+            if min(a["dilation"]) < 1:
+                raise GraphError(f"conv2d {self.name!r}: dilation {a['dilation']} must be >= 1")
+            if a["dilation"] == (1, 1):
+                del a["dilation"]  # the plain convolution's attrs (and cost-cache keys)
+        (kh, kw), (sh, sw), (ph, pw) = self.span(), a["stride"], a["padding"]
         return (x[0], cout, (x[2] + 2 * ph - kh) // sh + 1, (x[3] + 2 * pw - kw) // sw + 1)
+
+    def span(self) -> tuple[int, int]:
+        """Input rows and columns one window covers (the kernel, dilated)."""
+        (kh, kw), (dh, dw) = self.attrs["kernel"], self.attrs.get("dilation", (1, 1))
+        return dh * (kh - 1) + 1, dw * (kw - 1) + 1
 
     def infer_dims(self):
         return ("sample", "parameter", "attribute", "attribute")
@@ -117,10 +130,9 @@ class Conv2D(Operator):
         g = a["groups"]
         opg, ipg = a["out_channels"] // g, x[1] // g
         c0, c1 = (out.lo[1] // opg) * ipg, ((out.hi[1] - 1) // opg + 1) * ipg
-        h0, h1 = window(out.lo[2], out.hi[2], a["kernel"][0], a["stride"][0], a["padding"][0],
-                        x[2])
-        w0, w1 = window(out.lo[3], out.hi[3], a["kernel"][1], a["stride"][1], a["padding"][1],
-                        x[3])
+        kh, kw = self.span()
+        h0, h1 = window(out.lo[2], out.hi[2], kh, a["stride"][0], a["padding"][0], x[2])
+        w0, w1 = window(out.lo[3], out.hi[3], kw, a["stride"][1], a["padding"][1], x[3])
         return Rect((out.lo[0], c0, h0, w0), (out.hi[0], c1, h1, w1))
 
     def weight_rect(self, pname, out):

@@ -162,8 +162,13 @@ class _Translation:
 def bucket_block(tg, b: int, cfgs, ext, pack_key, min_duration: float):
     """Task columns, edge codes and collective info of bucket ``b``
     (``cfgs``: the configs of ``tg.bucket_uses[b]``, in order). Returns
-    ``(cols, edges, info)``; ``info``: ``{key: (kind, group, algorithm,
-    bytes)}`` of its collective tasks (``--taskgraph``, the mirror)."""
+    ``(cols, edges, info, held)``; ``info``: ``{key: (kind, group, algorithm,
+    bytes)}`` of its collective tasks (``--taskgraph``, the mirror);
+    ``held``: ``{device: bytes}`` of the weight-gradient reduction buffers
+    its backward tasks fill before the reduce-scatter folds them into the
+    flat gradient row: the bucket's collectives fold them as the backward
+    pass goes, so one bucket's are counted at a time (the block's ``tmem``,
+    docs/memory.md)."""
     ops = tg.graph.ops
     tiles = []  # (tile, users, bytes, param, contributors)
     i = 0
@@ -195,7 +200,7 @@ def bucket_block(tg, b: int, cfgs, ext, pack_key, min_duration: float):
             tiles.append((t, t.users, float(t.rect.volume * item), param, contrib,
                           t.rect.volume))
     L = tg.nl + len(tg.params) + b
-    rows, edges, info = [], [], {}
+    rows, edges, info, held = [], [], {}, {}
     slots = tg.optimizer_slots
     machine = tg.machine
     for gi, (group, idx, nbytes) in enumerate(C.bucket_groups([x[:3] for x in tiles])):
@@ -204,6 +209,10 @@ def bucket_block(tg, b: int, cfgs, ext, pack_key, min_duration: float):
         contrib = list(dict.fromkeys(c for x in idx for c in tiles[x][4]))
         elems = sum(tiles[x][5] for x in idx)
         item = nbytes / max(1, elems)
+        if contrib:  # each member's gradients of the group's tiles, before the fold
+            for dev in group:
+                if tg.sym is None or dev < tg.sym[1]:
+                    held[dev] = held.get(dev, 0.0) + nbytes
         if n == 1:  # no collective: a no-op
             dev = group[0]
             if tg.sym is not None and dev >= tg.sym[1]:
@@ -240,4 +249,4 @@ def bucket_block(tg, b: int, cfgs, ext, pack_key, min_duration: float):
         info[key] = ("all_gather", group, alg_ag, nbytes)
         edges.extend((u, ag) for u in us)
     cols = list(zip(*rows)) if rows else [()] * 8
-    return cols, np.array(edges, np.int64).reshape(-1, 2), info
+    return cols, np.array(edges, np.int64).reshape(-1, 2), info, held

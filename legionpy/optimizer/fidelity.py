@@ -518,7 +518,7 @@ def _process_of(resource: str, proc: dict[str, int]) -> int:
 
 def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any = "measured",
                       overhead: RuntimeOverhead | None = None, pipelined: bool = True,
-                      sync: str = "shards", update_fields: int = 2,
+                      sync: str | None = None, update_fields: int = 2,
                       update_scale: float = 1.0) -> dict[str, Any]:
     """Simulate one iteration; ``cost_model``: a CostModel, a ``--cost``
     spec, or ``"contended"`` (tile kernels timed with every other device of

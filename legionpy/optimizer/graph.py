@@ -140,10 +140,12 @@ class Graph:
 
     def conv2d(self, x, out_channels: int, kernel, stride=1, padding=0, groups: int = 1,
                activation: str | None = None, bias: bool = True,
-               name: str | None = None) -> TensorRef:
+               name: str | None = None, dilation=1) -> TensorRef:
+        """``dilation``: kernel taps that far apart (atrous convolution)."""
+        extra = {} if dilation in (1, (1, 1), [1, 1]) else {"dilation": dilation}
         return self._make(O.Conv2D, "conv2d", [x], name, out_channels=int(out_channels),
                           kernel=kernel, stride=stride, padding=padding, groups=int(groups),
-                          activation=activation, bias=bool(bias))
+                          activation=activation, bias=bool(bias), **extra)
 
     def pool2d(self, x, kernel, stride=None, padding=0, pool_type: str = "max",
                name: str | None = None) -> TensorRef:
@@ -243,6 +245,21 @@ class Graph:
         """``x`` plus a parameter over its last ``ndim`` dims (bias, or a learned
         positional table with ``ndim=2`` on (N, S, D))."""
         return self._make(O.AddBias, "add_bias", [x], name, ndim=int(ndim))
+
+    def layer_scale(self, x, shape: Sequence[int], init: float = 1.0,
+                    name: str | None = None) -> TensorRef:
+        """``x * gamma``, a trained parameter of ``shape`` broadcast over x's
+        trailing dims (ConvNeXt's per-channel ``(C, 1, 1)`` layer scale)."""
+        return self._make(O.LayerScale, "layer_scale", [x], name,
+                          shape=tuple(int(s) for s in shape), init=float(init))
+
+    def concat_param(self, x, size: int = 1, axis: int = 1, first: bool = True,
+                     name: str | None = None) -> TensorRef:
+        """``x`` with a trained parameter of ``size`` rows concatenated along
+        ``axis`` (before x if ``first``), the same for every sample: ViT's
+        class token on (N, S, D) is ``concat_param(x, 1, axis=1)``."""
+        return self._make(O.ConcatParam, "concat_param", [x], name, size=int(size),
+                          axis=int(axis), first=bool(first))
 
     def positional_encoding(self, x, name: str | None = None) -> TensorRef:
         """``x`` (N, S, D) plus the fixed sinusoidal table (no parameters)."""

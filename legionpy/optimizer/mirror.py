@@ -309,9 +309,10 @@ def install_standins(executor: Any, sim: Any) -> None:
     (an nn Executor, ``model._ex``) sleeps its duration in ``sim``'s last
     simulated task graph instead of running its kernel, and every copy of
     the runtime sleeps the simulated link time (``sim.cost.copy_time`` on the
-    machine's link). Undo with ``executor.standin = None;
-    runtime.copy_standin = None``."""
-    from .taskgraph import COPY
+    machine's link). A collective (collective sync) lasts at least its
+    simulated time (``runtime.collective_standin``). Undo with
+    ``executor.standin = None; runtime.copy_standin = None``."""
+    from .taskgraph import COLLECTIVE, COPY
 
     tg = sim.tg
     order = tg.order()
@@ -326,24 +327,38 @@ def install_standins(executor: Any, sim: Any) -> None:
                          for lid in machine.route(src, dst)))
 
     executor.rt.copy_standin = copy_time
+    executor.rt.collective_standin = {
+        f"{m.group(1)}({m.group(2)})": float(tg.dur[s]) for s in order.tolist()
+        if tg.kind[s] == COLLECTIVE and (m := re.match(r"^(\w+):(.*)$", tg.task_name(s)))}
     # replayed steps run in this simulation's order (nn/schedule.py)
     executor.machine, executor.cost_model = machine, cost
     executor.rt.invalidate_traces()
 
 
-def device_orders(records: list[dict] | None = None, tg: Any = None) -> dict[int, list[str]]:
+def device_orders(records: list[dict] | None = None, tg: Any = None) -> dict[Any, list[str]]:
     """``{device: compute/update task names in start order}`` of a trace
-    (``records``) or of a simulated task graph (``tg``)."""
-    out: dict[int, list] = defaultdict(list)
+    (``records``) or of a simulated task graph (``tg``), and ``{"comm:0,1":
+    collective names}`` per communicator (collective sync)."""
+    out: dict[Any, list] = defaultdict(list)
     if records is not None:
         for r in sorted(records, key=lambda r: (r["start"], r["id"])):
+            if r["kind"] == "collective":
+                m = _COLL.match(r["name"])
+                if m is not None and r["device"] is not None:
+                    out[r["device"]].append(f"{m.group(1)}:{m.group(2)}")
+                continue
             m = _NAME.match(r["name"]) if r["kind"] in ("compute", "update") else None
             if m is not None and r.get("launch") is not None and r["device"] is not None:
-                out[r["device"]].append(f"{m.group(1)}:{m.group(2)}[{r['launch']}]")
+                # a bucket's update runs one launch per group position: its point names it
+                k = r["point"][0] if _BUCKET.match(m.group(2)) and r.get("point") else r["launch"]
+                out[r["device"]].append(f"{m.group(1)}:{m.group(2)}[{k}]")
         return dict(out)
     from .taskgraph import COPY
 
+    comm = getattr(tg, "_comm_group", {})
     slots = [s for s in tg.order().tolist() if tg.kind[s] != COPY]
     for s in sorted(slots, key=lambda s: (tg.start[s], tg.key[s])):
-        out[int(tg.res[s])].append(tg.task_name(s))
+        r = int(tg.res[s])
+        key = "comm:" + ",".join(map(str, comm[r])) if r in comm else r
+        out[key].append(tg.task_name(s))
     return dict(out)

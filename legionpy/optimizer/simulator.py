@@ -97,13 +97,13 @@ class Simulator:
     Keeps the last task graph so :meth:`delta` can update it op by op."""
 
     def __init__(self, graph, machine, cost_model: CostModel | None = None,
-                 optimizer_slots: int = 1, sync: str = "shards") -> None:
+                 optimizer_slots: int = 1, sync: str | None = None) -> None:
         self.graph, self.machine = graph, machine
         self.cost = cost_model or default_cost_model(machine)
-        #: gradient synchronisation, :data:`.taskgraph.SYNC_MODES`: ``shards``
-        #: (what the runtime runs today) or ``collective`` (docs/seam.md)
-        self.sync = sync
+        #: gradient synchronisation (:func:`legionpy.collectives.resolve_sync`:
+        #: ``sync``, else LEGIONPY_SYNC, else collective; docs/seam.md)
         self.tg = TaskGraph(graph, machine, self.cost, optimizer_slots, sync)
+        self.sync = self.tg.sync
         #: heap pops of the last delta(), or -1 if it fell back to a full
         #: reschedule (only on an internal invariant failure; never expected)
         self.last_delta_pops = 0

@@ -73,6 +73,7 @@ import itertools
 import numpy as np
 
 from .. import collectives
+from ..collectives import SYNC_MODES, resolve_sync
 from ..errors import StrategyError
 from ..geometry import Rect, block_bound, block_bounds
 from ..pipeline import device_chains, device_major, in_flight, launches, micro_of, recomputes
@@ -93,7 +94,6 @@ KIND_NAMES = ("compute", "compute", "copy", "update", "compute", "collective")
 #: gradient synchronisation: ``shards`` (point-to-point copies to update
 #: shards, docs/taskgraph.md) or ``collective`` (reduce-scatter + all-gather
 #: per bucket, docs/seam.md)
-SYNC_MODES = ("shards", "collective")
 _CID = 1 << 40  # copy ids handed to FieldState (codes >= _CID)
 
 
@@ -241,9 +241,8 @@ class TaskGraph:
     replaces one op's config and returns the seed tasks for Algorithm 2."""
 
     def __init__(self, graph, machine, cost_model, optimizer_slots: int = 1,
-                 sync: str = "shards") -> None:
-        if sync not in SYNC_MODES:
-            raise StrategyError(f"sync mode {sync!r} is not one of {', '.join(SYNC_MODES)}")
+                 sync: str | None = None) -> None:
+        sync = resolve_sync(sync)
         self.graph, self.machine, self.cost = graph, machine, cost_model
         self.sync = sync
         #: optimizer state per weight element on its update home (memory only)
@@ -269,7 +268,8 @@ class TaskGraph:
         sizes = [float(np.prod(p.shape) * np.dtype(p.dtype).itemsize)
                  for p in reversed(self.params)]
         W = len(self.params)
-        self.buckets = [[W - 1 - i for i in bk] for bk in collectives.buckets(sizes)]
+        dts = [np.dtype(p.dtype).str for p in reversed(self.params)]
+        self.buckets = [[W - 1 - i for i in bk] for bk in collectives.buckets(sizes, kinds=dts)]
         self.bucket_of = {w: b for b, ws in enumerate(self.buckets) for w in ws}
         #: ``(op index, pname)`` of every user of every parameter of a bucket
         self.bucket_uses = [[u for w in ws for u in self.users[w]] for ws in self.buckets]
@@ -527,8 +527,8 @@ class TaskGraph:
         return r
 
     def _bucket_block(self, b: int, cfgs) -> _Block:
-        cols, e, info = bucket_block(self, b, cfgs, _ext, pack_key, MIN_DURATION)
-        blk = _Block.from_arrays(cols, e)
+        cols, e, info, held = bucket_block(self, b, cfgs, _ext, pack_key, MIN_DURATION)
+        blk = _Block.from_arrays(cols, e, tmem=held)
         blk.info = info
         return blk
 

@@ -30,9 +30,10 @@ Transports, one interface (:func:`run_collective`):
   inside a collective ends the job with an error naming the collective and
   the ranks it waited for, never a hang.
 
-NCCL (``cupy.cuda.nccl``) is not used yet: GPU groups in one process run
-the in-process transport (peer copies along the rule's steps), see the
-README's collectives section.
+- **on GPUs** (:class:`~legionpy.runtime.nccl.NCCLTransport`, runtime/nccl.py):
+  NCCL through ``cupy.cuda.nccl`` (emulated in CI, runtime/emunccl.py), one
+  communicator per group, its unique id broadcast over MPI across
+  processes; ``LEGIONPY_NCCL=0`` falls back to the two transports above.
 
 A group of one device is a no-op.
 """
@@ -47,6 +48,8 @@ import numpy as np
 from .. import collectives as C
 from ..errors import LaunchError, TaskError
 from .body import PointBody
+from .nccl import NcclComms, NCCLTransport, usable
+from .streams import comm_barrier, in_comm_streams
 
 __all__ = ["Collective", "CollectiveSpec", "CollectiveBody", "InProcess", "MPITransport",
            "run_collective", "comm_queue", "launch_point"]
@@ -64,7 +67,8 @@ class CollectiveSpec:
     memory this process holds), ``comm`` (the MPI sub-communicator and this
     rank's chunk range, or None in one process)."""
 
-    __slots__ = ("kind", "group", "algorithm", "nbytes", "node_of", "local", "comm", "name")
+    __slots__ = ("kind", "group", "algorithm", "nbytes", "node_of", "local", "comm", "name",
+                 "nccl")
 
     def __init__(self, kind: str, group: tuple, algorithm: str, nbytes: float, name: str,
                  node_of: Any = None) -> None:
@@ -73,6 +77,7 @@ class CollectiveSpec:
         self.nbytes, self.name, self.node_of = float(nbytes), name, node_of
         self.local: tuple[int, ...] = tuple(range(len(group)))
         self.comm: Any = None
+        self.nccl: Any = None  # this process's NCCL communicators (runtime/nccl.py)
 
     def info(self) -> tuple:
         """``(collective, group, algorithm, bytes)``: the trace's and the
@@ -110,11 +115,24 @@ class CollectiveBody(PointBody):
             region, specs = views[p]
             with _device_of(inst, spec.group[p]):
                 bufs[p] = build_view(inst, region, specs)[specs[0][0]].reshape(-1)
+        t0 = time.perf_counter()
         out = run_collective(spec, bufs)
-        for a in bufs.values():  # successors on other streams see finished data
-            with on_array(a):
-                _sync(a)
+        if not in_comm_streams():  # else successors wait on the op's stream events
+            for a in bufs.values():
+                with on_array(a):
+                    _sync(a)
+        _stand_in(spec.name, t0)
         return out
+
+
+def _stand_in(name: str, t0: float) -> None:
+    """A stand-in run (optimizer/mirror.py install_standins): the collective
+    lasts at least its simulated time."""
+    from . import get_runtime
+
+    table = get_runtime().collective_standin
+    if table:
+        time.sleep(max(0.0, table.get(name, 0.0) - (time.perf_counter() - t0)))
 
 
 def _device_of(inst: Any, mem: int) -> Any:
@@ -126,6 +144,17 @@ def _device_of(inst: Any, mem: int) -> Any:
     from .gpu import backend
 
     return backend().Device(k)
+
+
+def _ordered(bufs: dict[int, Any]) -> None:
+    """Every position's earlier work before any reads it: on the collective's
+    streams a barrier between them (runtime/streams.py), else each device
+    synchronised."""
+    if in_comm_streams():
+        comm_barrier()
+        return
+    for a in bufs.values():
+        _sync(a)
 
 
 def _sync(a: Any) -> None:
@@ -140,6 +169,11 @@ def run_collective(spec: CollectiveSpec, bufs: dict[int, Any]) -> list[dict]:
     1-D array}); the transport is MPI when ``spec.comm`` is set."""
     if len(spec.group) < 2:
         return []
+    if usable(spec, bufs):
+        _ordered(bufs)  # the prologues' folds (each position's stream) first
+        events = NCCLTransport.run(spec, bufs)
+        _finish(spec, bufs, C.chunk_bounds(len(next(iter(bufs.values()))), len(spec.group)))
+        return events
     if spec.comm is not None:
         return MPITransport.run(spec, bufs)
     return InProcess.run(spec, bufs)
@@ -160,9 +194,8 @@ class InProcess:
         pos = {d: p for p, d in enumerate(group)}
         events: list[dict] = []
         gpu = any(is_gpu(a) for a in bufs.values())
-        if gpu:  # the prologues' folds (each device's stream) before any peer reads
-            for a in bufs.values():
-                _sync(a)
+        if gpu:  # the prologues' folds (each position's stream) before any peer reads
+            _ordered(bufs)
         for rnd in C.rounds(steps):  # a round's messages are read before any is applied
             msgs = []
             for s in rnd:
@@ -180,10 +213,12 @@ class InProcess:
                             dst[lo:hi] += data
                         else:
                             dst[lo:hi] = data
-                if gpu:  # a round's results before the next round's peer copies read them
-                    _sync(dst)
+                if gpu and not in_comm_streams():  # (else the barrier below)
+                    _sync(dst)  # a round's results before the next round's peer copies
                 events.append({"src": s.src, "dst": s.dst, "bytes": s.nbytes,
                                "start": t0, "end": time.perf_counter()})
+            if gpu and in_comm_streams():
+                comm_barrier()
         _finish(spec, bufs, bounds)
         return events
 
@@ -401,6 +436,10 @@ def _bind(rt: Any, spec: CollectiveSpec) -> None:
     """This process's positions of ``spec`` and, under MPI, the group's
     sub-communicator and each communicator rank's chunk range."""
     group = spec.group
+    comms = rt.__dict__.get("_nccl")
+    if comms is None:
+        comms = rt._nccl = NcclComms(rt.repl.cl if rt.repl is not None else None)
+    spec.nccl = comms
     if rt.repl is None:
         spec.local = tuple(range(len(group)))
         return

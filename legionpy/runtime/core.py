@@ -124,6 +124,9 @@ class Runtime:
         #: ``f(src, dst, nbytes) -> seconds | None`` and every copy sleeps that
         #: long in all (the data still moves; None: no stand-in; one process).
         self.copy_standin: Any = None
+        #: stand-in runs (optimizer/mirror.py): {collective name: simulated s};
+        #: a collective takes at least its simulated time
+        self.collective_standin: dict[str, float] | None = None
         self._next_id = 0
         self._seq = 0
         self._launches = 0

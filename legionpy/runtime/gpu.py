@@ -104,6 +104,16 @@ class _Cupy:
         self.array_type = cupy.ndarray
         self._ptrs: dict[int, int] = {}
         self._zeroing: dict[int, Any] = {}  # per device: the stream that zeroes allocations
+        self._nccl: Any = False
+
+    @property
+    def nccl(self) -> Any:
+        """``cupy.cuda.nccl`` behind runtime/nccl.py's interface, or None."""
+        if self._nccl is False:
+            from .nccl import cupy_nccl
+
+            self._nccl = cupy_nccl(self.cp)
+        return self._nccl
 
     def Stream(self, k: int, name: str = "") -> Any:  # noqa: N802 - CuPy's name
         """A non-blocking stream on device ``k`` (never the legacy one)."""
@@ -170,6 +180,9 @@ class _Emulated:
         self.ipc_handle = emugpu.ipc_handle
         self.ipc_open = emugpu.ipc_open
         self.ipc_close = emugpu.ipc_close
+        from .emunccl import EmuNccl
+
+        self.nccl = EmuNccl()
 
 
 def backend() -> Any:

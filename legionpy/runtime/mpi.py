@@ -174,20 +174,24 @@ class Cluster:
         if self.failure is not None:
             raise TaskError(self.failure)
 
-    def wait(self, reqs: list, what: Callable[[], str], timeout: float | None = None) -> None:
-        """Complete every request in ``reqs``; spin briefly, then sleep with a
-        growing interval; TaskError after ``timeout`` (LEGIONPY_MPI_TIMEOUT) s."""
-        test = self.MPI.Request.Testall
-        if test(reqs):
+    def wait(self, reqs: list, what: Callable[[], str], timeout: float | None = None,
+             test: Callable[[], bool] | None = None) -> None:
+        """Complete every request in ``reqs`` (or, given ``test``, until
+        ``test()`` is true: work that is not an MPI request, e.g. NCCL's);
+        spin briefly, then sleep with a growing interval; TaskError after
+        ``timeout`` (LEGIONPY_MPI_TIMEOUT) s or when another rank failed."""
+        testall = self.MPI.Request.Testall
+        done = test or (lambda: testall(reqs))
+        if done():
             return
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < 5e-4:  # spin (yielding the GIL) for 0.5 ms
-            if test(reqs):
+            if done():
                 return
             time.sleep(0)
         limit = self.timeout if timeout is None else timeout
         nap = 1e-5
-        while not test(reqs):
+        while not done():
             if self.failure is not None:
                 raise TaskError(self.failure)
             if time.perf_counter() - t0 > limit:

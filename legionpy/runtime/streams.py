@@ -12,6 +12,13 @@ processor and per copy channel):
   its copies on a stream of its own (:meth:`Streams.link_stream`), on the
   destination GPU when it is local (host-to-device, peer copies, MPI
   receives), else on the source GPU (device-to-host, MPI sends);
+- *communicator stream*: each collective's communicator (``comm:0,1,...``,
+  runtime/collectives.py) has a stream on each of its local GPUs
+  (:meth:`Streams.comm_stream`); a collective's body runs with those current
+  (its prologues, its steps' peer copies or NCCL calls, the zeroing after a
+  reduce-scatter), each waiting first on the op's dependences, the rounds
+  of its steps ordered by events between them (:func:`comm_barrier`), and
+  its frontier is their events: no device is synchronised;
 - the legacy default stream is never used: it would serialise everything.
 
 Op lifecycle (:meth:`Streams.execute`, called by the scheduler for every op
@@ -26,7 +33,11 @@ of a GPU runtime, untraced or replayed alike):
    its stream: ``op.event`` is then the frontier ``{stream index: (seq,
    event)}``. The op *finishes* for the scheduler once its kernels are
    enqueued, so devices and links run ahead of the GPU;
-3. an op on the host (no queue, a CPU device, a host-only link) and every
+3. a ghost (an op another MPI rank runs) finishes with the merged
+   frontier of its dependences, like a marker: a local op after it waits
+   on the local kernels the remote op waited for (the remote completion
+   orders nothing on this rank's streams);
+4. an op on the host (no queue, a CPU device, a host-only link) and every
    host consumer (``Region.read``, ``Future.get``, fences, shutdown)
    synchronises the events it needs (:meth:`host_wait`), never whole
    devices; an op without a queue (fill and trace markers) finishes with
@@ -48,6 +59,7 @@ Graph capture (runtime/graphs.py) captures a device's compute stream: use
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -57,7 +69,8 @@ from ..errors import MachineError
 from . import gpu
 from .scheduler import Op
 
-__all__ = ["Streams", "BufferPool", "active", "device_work"]
+__all__ = ["Streams", "BufferPool", "active", "device_work", "comm_barrier", "in_comm_streams",
+           "comm_stream_of"]
 
 _tls = threading.local()  # ``op``: the queue-less op whose body runs in this thread
 _MISS = object()
@@ -167,7 +180,13 @@ class Streams:
             if extra:
                 after = [*deps, *extra]
         op.after = after
-        if op.queue is None and op.fn is None and not op.remote:
+        if op.queue is None and op.fn is None:
+            # a marker, or a ghost (an op another rank runs): its frontier is
+            # its dependences' (_marker), so a local op after a ghost waits on
+            # the local kernels the ghost waited for -- the remote op's
+            # completion orders nothing on this rank's streams. (A copy into
+            # an instance that a local kernel still reads, after the remote
+            # producer it depends on, raced without this.)
             op.fn = _noop
 
     def execute(self, op: Op) -> Any:
@@ -180,6 +199,10 @@ class Streams:
         if ent is None:
             if op.queue is None:
                 return self._marker(op, after)
+            if op.kind == "collective":
+                devices = _gpu_positions(op, self.gpu_of)
+                if devices:
+                    return self._collective(op, after, devices)
             for d in after:
                 self.host_wait(d)
             return op.fn(op)
@@ -192,6 +215,61 @@ class Streams:
             finally:
                 op.event = f = self._record(i, s)
                 self._keep(op.id, f)
+
+    # -- collectives -----------------------------------------------------------------------
+    def comm_stream(self, queue: str, device: int) -> tuple[int, Any, int]:
+        """The stream of communicator ``queue`` on local GPU device ``device``."""
+        key = (queue, device)
+        got = self._by_queue.get(key, _MISS)
+        if got is _MISS:
+            with self._lock:
+                got = self._by_queue.get(key, _MISS)
+                if got is _MISS:
+                    k = self.gpu_of[device]
+                    got = self._by_queue[key] = self._new(
+                        k, f"{queue} stream of device {device} (GPU {k})")
+        return got
+
+    def _collective(self, op: Op, after: Any, devices: list[int]) -> Any:
+        """A collective op (runtime/collectives.py) whose local positions are
+        on GPUs: its body runs with one stream of its communicator per local
+        GPU current on that GPU (its prologues, steps or NCCL calls, and the
+        zeroing after a reduce-scatter are kernels there), each waiting first
+        on the op's dependences; :func:`comm_barrier` orders them between a
+        collective's rounds. Its frontier is the events of those streams, so
+        successors wait on them and nothing synchronises a whole device."""
+        ents = [self.comm_stream(op.queue, d) for d in devices]
+        with contextlib.ExitStack() as es:
+            for k, s, i in ents:
+                es.enter_context(self.b.Device(k))
+                es.enter_context(s)
+                for d in after:
+                    self._wait(i, s, d)
+            prev = getattr(_tls, "comm", None)
+            _tls.comm = (self, {d: e for d, e in zip(devices, ents)})
+            try:
+                return op.fn(op)
+            finally:
+                _tls.comm = prev
+                f: dict = {}
+                for k, s, i in ents:
+                    with self.b.Device(k):
+                        f.update(self._record(i, s))
+                op.event = f
+                self._keep(op.id, f)
+
+    def barrier(self, ents: dict) -> None:
+        """Each of the streams ``ents`` ({device: (ordinal, stream, index)})
+        waits for the work enqueued so far on the others."""
+        marks = []
+        for k, s, i in ents.values():
+            with self.b.Device(k):
+                marks.append((i, self._record(i, s)))
+        for k, s, i in ents.values():
+            with self.b.Device(k):
+                for j, f in marks:
+                    if j != i:
+                        self._wait(i, s, f)
 
     def _marker(self, op: Op, after: Any) -> Any:
         op.event = f = self._merge(after)
@@ -310,6 +388,40 @@ class Streams:
             if self.host_seen.get(i, 0) < seq:
                 s.synchronize()
                 self.host_seen[i] = seq
+
+
+def _gpu_positions(op: Op, gpu_of: dict) -> list[int]:
+    """The local GPU devices of a collective op (its positions in this
+    process whose memory is a GPU's), in group order."""
+    spec = getattr(op.fn, "spec", None)
+    if spec is None:
+        return []
+    return [spec.group[p] for p in spec.local if spec.group[p] in gpu_of]
+
+
+def comm_barrier() -> None:
+    """Inside a collective's body on GPUs: every local position's stream
+    waits for the work enqueued so far on the others (between the rounds of
+    a collective's steps: a round's peer reads after the previous round's
+    writes). Nothing on CPU devices or outside a collective."""
+    got = getattr(_tls, "comm", None)
+    if got is not None:
+        got[0].barrier(got[1])
+
+
+def in_comm_streams() -> bool:
+    """Whether this thread runs a collective's body on its GPU streams."""
+    return getattr(_tls, "comm", None) is not None
+
+
+def comm_stream_of(device: int) -> Any:
+    """The current collective's stream on local GPU device ``device`` (None
+    outside one)."""
+    got = getattr(_tls, "comm", None)
+    if got is None:
+        return None
+    ent = got[1].get(device)
+    return None if ent is None else ent[1]
 
 
 def device_work(memory: int, blocking: bool = False) -> Any:

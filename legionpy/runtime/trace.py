@@ -106,14 +106,16 @@ class Trace:
         link = op.queue if isinstance(op.queue, tuple) else None
         if op.kind == "collective":  # one op; its steps' link events (collectives.py)
             kind, group, alg, nbytes = op.tag[1].info()
+            events = op.result if isinstance(op.result, list) else ()
             return {"id": op.id, "name": op.name, "kind": "collective", "collective": kind,
                     "group": list(group), "algorithm": alg, "bytes": nbytes,
+                    "transport": _transport(events),
                     "device": op.queue, "link": None, "start": op.start - self.t0,
                     "end": op.end - self.t0, "deps": list(op.deps), "point": None,
                     "launch": None, "tag": op.name, "rank": self.rank,
                     "failed": op.state == FAILED, "remote": op.remote,
                     "steps": [dict(e, start=e["start"] - self.t0, end=e["end"] - self.t0)
-                              for e in (op.result if isinstance(op.result, list) else ())]}
+                              for e in events]}
         return {
             "id": op.id, "name": op.name, "kind": op.kind,
             "device": None if link is not None else op.queue,
@@ -161,3 +163,15 @@ def _jsonable(v: Any) -> Any:
     if isinstance(v, tuple):
         return list(v)
     return repr(v)
+
+
+def _transport(events: Any) -> str | None:
+    """Which transport ran a collective (runtime/collectives.py), from its
+    link events: ``nccl``, ``mpi``, ``in-process`` (the rule's steps), or
+    None (not run here: a group of one, or a ghost on another rank)."""
+    for e in events:
+        if "nccl" in e:
+            return "nccl"
+        if "mpi" in e:
+            return "mpi"
+    return "in-process" if events else None

@@ -576,7 +576,7 @@ class Tracer:
         rec, cur, rt = self.rec, self.cur, self.rt
         for off in item.points:
             fn = rec.ops[off].fn
-            if fn is not None:  # None: a ghost (another rank runs the point)
+            if isinstance(fn, PointBody):  # else a ghost (another rank runs the point)
                 cur[off].fn = fn.rebind(args, kwargs)
         if item.note is not None:
             rt.repl.note(item.note)

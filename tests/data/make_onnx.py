@@ -6,8 +6,20 @@ where they differ (``dynamo``: ``torch.onnx.export(..., dynamo=True)``,
 today's default, weights in an external ``.onnx.data`` file; ``legacy``:
 ``dynamo=False``, opset 17), and stored with a batch of inputs and torch's
 eval-mode outputs in ``NAME.npz`` (``x`` and, for BERT, ``mask``; ``y``).
+Models with batch norm are exported without the exporters' folding passes
+(``optimize=False`` / ``do_constant_folding=False``), which would fold
+batch norm into the convolutions: the imported model is then torch's to
+train.
+
+Each ``NAME.npz`` also holds the reference of one training step: ``target``
+(an MSE target of ``y``'s shape), ``param.<torch name>`` (each trained
+parameter's initial value, float32: how a test finds which imported
+parameter is which, by value) and ``grad.<torch name>`` (torch's gradient
+of ``mean((f(x) - target)^2)`` in float64, in train mode: batch norm on
+batch statistics; dropout is off in every model here).
 tests/runtime/test_frontend_zoo_data.py imports them, compares predict with
-``y`` and trains a step. Run from the repository root with torch installed:
+``y`` and trains a step; test_frontend_zoo_grads.py compares the gradients.
+Run from the repository root with torch installed:
 
     python tests/data/make_onnx.py          # rewrites tests/data/*.onnx*, *.npz
 """
@@ -22,7 +34,7 @@ import warnings
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-B = 2
+B = 4
 
 
 def tiny_resnet():
@@ -92,16 +104,37 @@ def tiny_bert():
     return Enc(), (ids, mask)
 
 
-#: name -> (builder, exporters)
+def tiny_vit():
+    """torchvision's VisionTransformer: class token, learned positions."""
+    import torch
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(image_size=16, patch_size=8, num_layers=1, num_heads=2,
+                             hidden_dim=16, mlp_dim=32, num_classes=5), torch.randn(B, 3, 16, 16)
+
+
+def tiny_convnext():
+    """torchvision's ConvNeXt at two tiny stages: layer scale, LayerNorm2d,
+    depthwise 7x7 convs, and (dynamo) the classifier's as_strided gather."""
+    import torch
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+
+    return ConvNeXt([CNBlockConfig(8, 16, 1), CNBlockConfig(16, None, 1)], num_classes=5,
+                    layer_scale=0.5), torch.randn(B, 3, 16, 16)
+
+
+#: name -> (builder, exporters, keep batch norm unfolded)
 MODELS = {
-    "resnet": (tiny_resnet, ("dynamo", "legacy")),
-    "mobilenet": (tiny_mobilenet, ("dynamo", "legacy")),
-    "gpt2": (tiny_gpt2, ("dynamo",)),  # the legacy exporter has no aten::diff (its masks)
-    "bert": (tiny_bert, ("dynamo", "legacy")),
+    "resnet": (tiny_resnet, ("dynamo", "legacy"), True),
+    "mobilenet": (tiny_mobilenet, ("dynamo", "legacy"), True),
+    "gpt2": (tiny_gpt2, ("dynamo",), False),  # the legacy exporter has no aten::diff (masks)
+    "bert": (tiny_bert, ("dynamo", "legacy"), False),
+    "vit": (tiny_vit, ("dynamo", "legacy"), False),
+    "convnext": (tiny_convnext, ("dynamo", "legacy"), False),
 }
 
 
-def export(module, args, path: str, how: str) -> None:
+def export(module, args, path: str, how: str, keep_bn: bool = False) -> None:
     import torch
 
     for f in (path, path + ".data"):
@@ -110,28 +143,54 @@ def export(module, args, path: str, how: str) -> None:
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         if how == "dynamo":
-            torch.onnx.export(module, args, path, dynamo=True, external_data=True)
+            torch.onnx.export(module, args, path, dynamo=True, external_data=True,
+                              optimize=not keep_bn)
         else:
-            torch.onnx.export(module, args, path, dynamo=False, opset_version=17)
+            torch.onnx.export(module, args, path, dynamo=False, opset_version=17,
+                              do_constant_folding=not keep_bn)
+
+
+def reference_step(module, args, target: np.ndarray) -> dict:
+    """``param.NAME`` (float32 initial values) and ``grad.NAME`` (float64
+    gradients of the MSE to ``target``, train mode) of every parameter."""
+    import copy
+
+    import torch
+
+    arrays = {f"param.{n}": p.detach().numpy().copy() for n, p in module.named_parameters()}
+    m64 = copy.deepcopy(module).double().train()
+    a64 = [a.double() if a.is_floating_point() else a for a in args]
+    loss = torch.nn.functional.mse_loss(m64(*a64), torch.tensor(target, dtype=torch.float64))
+    loss.backward()
+    for n, p in m64.named_parameters():
+        g = p.grad if p.grad is not None else torch.zeros_like(p)
+        arrays[f"grad.{n}"] = g.numpy().copy()
+    return arrays
 
 
 def main() -> None:
     import torch
 
     torch.manual_seed(0)
-    for name, (build, hows) in MODELS.items():
+    for name, (build, hows, keep_bn) in MODELS.items():
         module, x = build()
+        with torch.no_grad():  # distinct, non-trivial values (ViT's head and token start at 0)
+            for p in module.parameters():
+                p.add_(torch.randn_like(p) * 0.02)
         module.eval()
         args = x if isinstance(x, tuple) else (x,)
         with torch.no_grad():
             y = module(*args).numpy()
-        arrays = {"x": args[0].numpy(), "y": y}
+        target = np.random.default_rng(1).standard_normal(y.shape).astype(np.float32)
+        arrays = {"x": args[0].numpy(), "y": y, "target": target}
         if len(args) > 1:
             arrays["mask"] = args[1].numpy()
+        arrays.update(reference_step(module, args, target))
+        module.eval()
         np.savez(os.path.join(HERE, f"{name}.npz"), **arrays)
         for how in hows:
             path = os.path.join(HERE, f"{name}_{how}.onnx")
-            export(module, args, path, how)
+            export(module, args, path, how, keep_bn)
             size = sum(os.path.getsize(f) for f in (path, path + ".data") if os.path.exists(f))
             print(f"{os.path.basename(path)}: {size / 1024:.0f} KiB")
 

@@ -28,10 +28,39 @@ def test_training_collective_equals_shards(n):
     assert out.stdout.count("OK collective training rank") == n, out.stdout
 
 
-@pytest.mark.parametrize("when", [[], pytest.param(["after"], marks=pytest.mark.xfail(
-    reason="open: once in 7 loaded runs the survivor's communicator thread died on a "
-           "KeyError in Runtime._on_done (now pop, not del) and the job hung to the 30 s "
-           "limit; kept visible until repeated runs show the fix holds", strict=False))])
+def test_training_over_nccl_on_emulated_gpus():
+    """One emulated GPU per rank: the collectives run on NCCL (its
+    emulation, runtime/emunccl.py) with the unique id broadcast over MPI,
+    and train the same parameters as shards (data, hybrid and random
+    strategies, under the race detector: the random strategy's received
+    activations raced with a local reader until ghosts carried their
+    dependences' events, runtime/streams.py)."""
+    out = run_mpi(2, [PROG, "train"], timeout=150,
+                  env={"LEGIONPY_GPU_BACKEND": "emulated", "LEGIONPY_GPUS": "1",
+                       "LEGIONPY_MPI_TIMEOUT": "60"})
+    assert out.stdout.count("OK collective training rank") == 2, out.stdout
+    assert out.stdout.count("TRANSPORTS rank") == 2
+    assert all("['nccl']" in line for line in out.stdout.splitlines()
+               if line.startswith("TRANSPORTS")), out.stdout
+
+
+def test_dead_rank_inside_an_nccl_collective_is_named():
+    """The NCCL communicator exists (a first all-reduce ran on it), then
+    rank 1 dies: rank 0's NCCL all-reduce never completes; it aborts the
+    communicator and names the collective, NCCL and the rank."""
+    t0 = time.monotonic()
+    out = run_mpi(2, [PROG, "die", "after"], timeout=30, check=False,
+                  env={**FAST, "LEGIONPY_GPU_BACKEND": "emulated", "LEGIONPY_GPUS": "1",
+                       "ROW": "14"}, mpi_args=("-disable-auto-cleanup",))
+    assert out.returncode != 0, out.stdout + out.stderr
+    assert time.monotonic() - t0 < 15
+    assert "[legionpy rank 0] error: collective AR(die) (all_reduce over devices [0, 1], " \
+        "NCCL)" in out.stderr, out.stderr
+    assert "ranks [1]" in out.stderr, out.stderr
+    assert "got" not in out.stdout
+
+
+@pytest.mark.parametrize("when", [[], ["after"]])
 def test_dead_rank_in_a_collective_is_named(when):
     """The launcher keeps the survivors alive (``-disable-auto-cleanup``):
     rank 0 waits at most LEGIONPY_MPI_TIMEOUT for rank 1, then names the

@@ -25,7 +25,9 @@ def test_train_prints_once_and_merges_the_ranks_traces(tmp_path):
     events = json.loads(trace.read_text())["traceEvents"]
     done = [e for e in events if e.get("ph") == "X"]
     assert {e["pid"] for e in done} == {0, 1}
-    assert {e["args"]["device"] for e in done if e["args"].get("device") is not None} == {0, 1}
+    devices = {e["args"]["device"] for e in done if e["args"].get("device") is not None}
+    # both ranks' devices, and the communicator the data-parallel collectives ran on
+    assert devices == {0, 1, "comm:0,1"}
     names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
     assert names == {"rank 0", "rank 1"}
 

@@ -5,7 +5,7 @@ onnx.helper; no torch)."""
 from __future__ import annotations
 
 import numpy as np
-from onnx_graphs import I64, RNG, F, G, conv_bn
+from onnx_graphs import I64, RNG, B, F, G, conv_bn
 
 
 def mobilenet_like():
@@ -132,3 +132,33 @@ def bert_like(seq=6, d=16, heads=4, vocab=11):
                                       g.w(d)], axis=-1, epsilon=1e-12)
     return g.model([("tokens", I64, (seq,)), ("mask", I64, (seq,))], t, opset=17), \
         (seq,), vocab
+
+
+def vit_convnext_like():
+    """What ViT-B/16 and ConvNeXt exports add (issue 27): a dilated Conv, a
+    layer scale (Mul by a (C, 1, 1) initializer: trained), a Mul by a 2-D
+    initializer (no channel vector: a fixed constant), patches to tokens
+    (Reshape, Transpose), a class token (a (1, 1, C) initializer Expand-ed
+    to the export's batch, Concat before the tokens), learned positions
+    (Add), dynamo's ``as_strided`` (Reshape to [-1], then a Gather of
+    positions computed for the export's batch of ``B``), Gemm."""
+    state = RNG.bit_generator.state  # the other graphs' weights do not depend on this one
+    g = G("vit_convnext_like")
+    c, hw = 6, 16
+    t = g.node("Conv", ["x", g.w(c, 3, 3, 3), g.w(c)], kernel_shape=[3, 3], dilations=[2, 2],
+               pads=[2, 1, 2, 3])
+    t = g.node("Mul", [g.w(c, 1, 1, scale=1.0), t])                   # layer scale
+    t = g.node("Mul", [t, g.w(value=(RNG.random((8, 8)) > 0.3).astype(np.float32))])
+    t = g.node("Conv", [t, g.w(c, c, 2, 2)], kernel_shape=[2, 2], strides=[2, 2])  # (c, 4, 4)
+    t = g.node("Transpose", [g.node("Reshape", [t, g.c([0, c, hw])])], perm=[0, 2, 1])
+    cls = g.node("Expand", [g.w(1, 1, c), g.c([B, 1, c])])
+    t = g.node("Concat", [cls, t], axis=1)                              # (hw + 1, c)
+    t = g.node("Add", [t, g.w(1, hw + 1, c)])
+    t = g.node("Add", [g.node("Gather", [t, g.c(0)], axis=1),          # the class token
+                       g.node("ReduceMean", [t, g.c([1])], keepdims=0)])  # and the tokens
+    flat = g.node("Reshape", [t, g.c([-1])])
+    pos = (np.arange(B)[:, None] * c + np.arange(c)[None]).astype(np.int64)
+    t = g.node("Gather", [flat, g.c(pos)], axis=0)                      # as_strided
+    out = g.node("Gemm", [t, g.w(5, c), g.w(5)], transB=1)
+    RNG.bit_generator.state = state
+    return g.model([("x", F, (3, 8, 8))], out, opset=18), (3, 8, 8)

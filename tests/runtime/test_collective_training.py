@@ -26,10 +26,11 @@ def train(build, x, n, strategy, sync, opt=None, start=None):
         m.compile(optimizer=opt or lp.nn.SGD(lr=0.1, momentum=0.9), strategy=strategy,
                   loss="sparse_categorical_crossentropy", metrics=["accuracy"],
                   machine=Machine.local(n), sync=sync)
-        hist = m.fit(x, Y, epochs=1, verbose=0, shuffle=False)
+        with rt.trace.tap() as t:
+            hist = m.fit(x, Y, epochs=1, verbose=0, shuffle=False)
         out = m.parameters()
         return out, hist, dict(rt.tracer.stats), [
-            r for r in rt.trace.records() if r["kind"] == "collective"]
+            r for r in t.records() if r["kind"] == "collective"]
     finally:
         lp.runtime.shutdown()
 
@@ -61,10 +62,19 @@ def test_mlp_random_and_adam_batchnorm_dropout():
          train(build, X_IMG, n, hybrid, "collective", opt)[0], "cnn+bn+dropout Adam hybrid")
 
 
-def test_emulated_gpus(emu):
-    a = train(cnn, X_IMG, 2, "data", "shards", start=lambda: emu(2))[0]
-    b = train(cnn, X_IMG, 2, "data", "collective", start=lambda: emu(2))[0]
-    same(a, b, "cnn data on 2 emulated GPUs")
+@pytest.mark.parametrize("n", [2, 4])
+def test_emulated_gpus_nccl_and_peer_copies(emu, monkeypatch, n):
+    """GPU groups run NCCL (runtime/nccl.py; its emulation in CI,
+    runtime/emunccl.py), or peer copies along the rule's steps with
+    LEGIONPY_NCCL=0: the same parameters as shards either way."""
+    a = train(cnn, X_IMG, n, "data", "shards", start=lambda: emu(n))[0]
+    b, _, _, colls = train(cnn, X_IMG, n, "data", "collective", start=lambda: emu(n))
+    same(a, b, f"cnn data on {n} emulated GPUs, NCCL")
+    assert colls and {r["transport"] for r in colls} == {"nccl"}
+    monkeypatch.setenv("LEGIONPY_NCCL", "0")
+    c, _, _, colls = train(cnn, X_IMG, n, "data", "collective", start=lambda: emu(n))
+    same(a, c, f"cnn data on {n} emulated GPUs, peer copies")
+    assert {r["transport"] for r in colls} == {"in-process"}
 
 
 def test_checkpoint_round_trip_and_parameters_between_steps(tmp_path):

@@ -539,7 +539,7 @@ def test_copy_cost_fit_recovers_a_known_per_copy_cost():
     rows, graphs = [], []
     for depth in (2, 4, 6):
         g = _mlp(depth).graph
-        sim = Simulator(g, machine, AnalyticCostModel())
+        sim = Simulator(g, machine, AnalyticCostModel(), sync="shards")  # rows with copies
         sim.run(Strategy.data_parallel(g, machine))
         tg = sim.tg.to_json()
         copies = sum(t["kind"] == "copy" for t in tg["tasks"])

@@ -93,15 +93,15 @@ def test_unsupported_ops_fail_with_one_error_listing_all():
 
 def test_unsupported_forms_are_reported_with_their_reason():
     g = G.G("bad_forms")
-    a = g.node("Conv", ["x", g.w(2, 3, 3, 3)], name="dilated", kernel_shape=[3, 3],
-               dilations=[2, 2])
+    a = g.node("Conv", ["x", g.w(2, 3, 3, 3)], name="samepad", kernel_shape=[3, 3],
+               auto_pad="SAME_UPPER")
     b = g.node("Sign", ["x"], name="hs")
     c = g.node("Reshape", ["x", g.c([3, -1])], name="batchmove")
     proto = g.model([("x", G.F, (3, 9, 9))], g.node("Concat", [a, b, c], axis=1))
     with pytest.raises(UnsupportedOperatorError) as e:
         from_onnx(proto, batch_size=2)
     msg = str(e.value)
-    for s in ("Conv: 1 node(s): dilated (dilations [2, 2])", "Sign: 1 node(s): hs",
+    for s in ("Conv: 1 node(s): samepad (auto_pad)", "Sign: 1 node(s): hs",
               "Reshape: 1 node(s): batchmove (Reshape to [3, 162] of (2, 3, 9, 9) (it splits "
               "the batch dim"):
         assert s in msg

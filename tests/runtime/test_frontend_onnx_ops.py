@@ -136,3 +136,60 @@ def test_channel_shuffle_then_split(rt1):
     b = g.node("Conv", [b, g.w(4, 4, 1, 1)], kernel_shape=[1, 1])
     proto = g.model([("x", G.F, (8, 5, 5))], g.node("Concat", [a, b], axis=1), opset=17)
     compare(proto, [RNG.standard_normal((2 * G.B, 8, 5, 5)).astype(np.float32)])
+
+
+def test_vit_convnext_forms_match_onnxruntime_and_train(rt1):
+    """Dilated Conv, layer scale, class token and dynamo's as_strided gather:
+    predict equals onnxruntime's at the export's batch and at twice it, the
+    class token and the layer scale are trained parameters, the 2-D
+    constant factor stays fixed."""
+    proto, shape = GO.vit_convnext_like()
+    x = RNG.standard_normal((2 * G.B, *shape)).astype(np.float32)
+    m = compare(proto, [x])
+    conv = next(o for o in m.graph.ops if o.kind == "conv2d")
+    assert conv.attrs["dilation"] == (2, 2) and "pad" in kinds(m)  # asymmetric pads first
+    cls = next(o for o in m.graph.ops if o.kind == "concat_param")
+    assert cls.params["value"].shape == (1, 6) and cls.attrs["first"]
+    assert cls.dims == ("sample", "attribute", "attribute")
+    ls = next(o for o in m.graph.ops if o.kind == "layer_scale")
+    assert ls.params["gamma"].shape == (6, 1, 1)
+    fixed = [o for o in m.graph.ops if o.kind == "binary" and o.attrs["fn"] == "mul"]
+    assert len(fixed) == 1 and not fixed[0].params
+    assert "gather" in kinds(m)
+    big = from_onnx(proto, batch_size=2 * G.B)  # positions built for B serve 2B samples
+    big.compile(optimizer=lp.nn.SGD(lr=0.01), loss="mse", machine=Machine.local(1))
+    np.testing.assert_allclose(big.predict(x), ort_run(proto, [x]), rtol=1e-4, atol=1e-5)
+    before = big.parameters()
+    big.fit(x, RNG.standard_normal((2 * G.B, 5)).astype(np.float32), epochs=1, verbose=0)
+    after = big.parameters()
+    for p in (cls.params["value"].name, ls.params["gamma"].name):
+        assert np.abs(after[p] - before[p]).max() > 1e-6, p
+
+
+def test_trained_factor_rule(rt1):
+    """A Mul by a stored initializer (or a Reshape of one) that is a channel
+    vector is a trained layer_scale; the same vector computed by constant
+    folding (Sqrt of an initializer) or a scalar stays fixed."""
+    g = G.G("factors")
+    w = g.node("Reshape", [g.w(value=np.linspace(0.5, 1.5, 3).astype(np.float32)),
+                           g.c([3, 1, 1])])
+    t = g.node("Mul", ["x", w])
+    t = g.node("Mul", [t, g.node("Sqrt", [g.w(value=np.full((3, 1, 1), 4.0, np.float32))])])
+    t = g.node("Mul", [t, g.w(value=np.array(2.0, np.float32))])
+    proto = g.model([("x", G.F, (3, 4, 4))], g.node("ReduceMean", [t, g.c([2, 3])], keepdims=0),
+                    opset=18)
+    m = compare(proto, [RNG.standard_normal((2 * G.B, 3, 4, 4)).astype(np.float32)])
+    ls = [o for o in m.graph.ops if o.kind == "layer_scale"]
+    assert len(ls) == 1 and ls[0].params["gamma"].shape == (3, 1, 1)
+    assert [o.kind for o in m.graph.ops if o.kind in ("binary", "scale")] == ["binary", "scale"]
+
+
+def test_castlike_of_a_constant_to_an_activation_folds(rt1):
+    """Unoptimised dynamo exports cast literals to an activation's type
+    (``CastLike(2, x)``): the constant is cast, the product is a scale."""
+    g = G.G("castlike")
+    two = g.node("CastLike", [g.c(2), "x"])
+    out = g.node("Mul", ["x", two])
+    m = compare(g.model([("x", G.F, (5,))], out, opset=18),
+                [RNG.standard_normal((2 * G.B, 5)).astype(np.float32)])
+    assert [o.kind for o in m.graph.ops] == ["input", "scale"]

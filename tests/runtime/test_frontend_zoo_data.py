@@ -2,8 +2,9 @@
 tests/data/make_onnx.py; no torch needed here): a tiny ResNet (adaptive
 average pool), a MobileNet-V2/V3 mix (ReLU6, depthwise, Hardswish,
 squeeze-and-excitation), a GPT-2 decoder (causal mask) and a BERT encoder
-(padding mask input). Each imports, predicts as torch did (rtol 1e-4) and
-trains; bad files fail with one clear error naming the file."""
+(padding mask input), a ViT (class token) and a ConvNeXt (layer scale,
+dynamo's as_strided gather). Each imports, predicts as torch did (rtol
+1e-4) and trains; bad files fail with one clear error naming the file."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from legionpy.optimizer import Machine, Simulator, Strategy
 pytest.importorskip("onnx")
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 CASES = [("resnet", "dynamo"), ("resnet", "legacy"), ("mobilenet", "dynamo"),
-         ("mobilenet", "legacy"), ("gpt2", "dynamo"), ("bert", "dynamo"), ("bert", "legacy")]
+         ("mobilenet", "legacy"), ("gpt2", "dynamo"), ("bert", "dynamo"), ("bert", "legacy"),
+         ("vit", "dynamo"), ("vit", "legacy"), ("convnext", "dynamo"), ("convnext", "legacy")]
 
 
 def load(name):
@@ -98,3 +100,17 @@ def test_cli_reports_bad_files_in_one_line_without_traceback(tmp_path, capsys, m
     monkeypatch.setenv("LEGIONPY_DEBUG", "1")
     assert main(["train", str(bad), "--steps", "1"]) != 0
     assert "Traceback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["vit", "convnext"])
+def test_class_token_and_layer_scale_graphs_search_and_simulate(name):
+    """The search places the new trained ops like any other (their dims
+    split) and beats or equals data parallelism on an imported graph."""
+    g = from_onnx(os.path.join(DATA, f"{name}_dynamo.onnx"), batch_size=8).graph
+    kind = "concat_param" if name == "vit" else "layer_scale"
+    ops = [o for o in g.ops if o.kind == kind]
+    assert ops and all(len(o.parallel_dims) == len(o.output_shape) for o in ops)
+    machine = Machine.preset("p100", nodes=1)
+    sim = Simulator(g, machine)
+    best = lp.optimizer.search.mcmc(g, machine, iterations=20, seed=0)
+    assert 0 < sim.simulate(best) <= sim.simulate(Strategy.data_parallel(g, machine))

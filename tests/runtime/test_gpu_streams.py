@@ -144,7 +144,8 @@ def test_a_missing_event_wait_is_caught(emu, monkeypatch):
 
 # -- training steps ----------------------------------------------------------------------
 def _train(monkeypatch, n: int, gpus: bool, executor: str = "threads", model: str = "mlp",
-           strategy: str = "data", fits: int = 1, between: Any = None) -> tuple[dict, set]:
+           strategy: str = "data", fits: int = 1, between: Any = None,
+           sync: str | None = None) -> tuple[dict, set]:
     """Adam steps through the layer API (recorded, then replayed traces) on
     ``n`` emulated GPUs or CPU devices: (parameters, queues that ran ops)."""
     import tiny_models
@@ -172,7 +173,7 @@ def _train(monkeypatch, n: int, gpus: bool, executor: str = "threads", model: st
         y = rng.integers(0, 3, 4 * tiny_models.BATCH)
         strat = hybrid(m.graph, n) if strategy == "hybrid" else strategy
         m.compile(optimizer=lp.nn.Adam(lr=0.01), loss="sparse_categorical_crossentropy",
-                  metrics=["accuracy"], strategy=strat)
+                  metrics=["accuracy"], strategy=strat, sync=sync)
         for i in range(fits):
             if between is not None and i == fits - 1:
                 between()
@@ -185,12 +186,18 @@ def _train(monkeypatch, n: int, gpus: bool, executor: str = "threads", model: st
         lr.shutdown()
 
 
-@pytest.mark.parametrize("n,model,strategy", [(2, "mlp", "data"), (4, "cnn", "hybrid")])
+@pytest.mark.parametrize("n,model,strategy,nccl", [(2, "mlp", "data", "1"),
+                                                   (2, "mlp", "data", "0"),
+                                                   (4, "cnn", "hybrid", "1")])
 def test_training_steps_run_clean_on_one_stream_per_device_and_link(monkeypatch, n, model,
-                                                                    strategy):
+                                                                    strategy, nccl):
     """Recorded then replayed steps under the race detector (a race would fail
     a task) equal the CPU run, on non-default streams only: one per device,
-    one per link that carried a copy."""
+    one per link that carried a copy, one per communicator and member device
+    (the collective sync's reduce-scatters and all-gathers), and no device
+    synchronisation. Collectives on NCCL, or (LEGIONPY_NCCL=0) by the rule's
+    peer-copy steps with the rounds ordered by events."""
+    monkeypatch.setenv("LEGIONPY_NCCL", nccl)
     emugpu.reset_stats()
     on_gpu, ran = _train(monkeypatch, n, True, model=model, strategy=strategy)
     st = emugpu.stats()
@@ -202,15 +209,22 @@ def test_training_steps_run_clean_on_one_stream_per_device_and_link(monkeypatch,
     compute = {f"compute stream of device {d} (GPU {d})" for d in range(n)}
     expect = compute | {f"link stream {streams._mem(s)}->{streams._mem(d)} "
                         f"(on GPU {d if d >= 0 else s})" for s, d in links}
+    comms = {q for q in ran if isinstance(q, str) and q.startswith("comm:")}
+    assert comms  # the default sync: collectives
+    expect |= {f"{q} stream of device {d} (GPU {d})" for q in comms
+               for d in map(int, q[5:].split(","))}
     assert set(st["stream_kernels"]) <= expect  # a link moving data to the host: no kernel
     assert compute <= set(st["stream_kernels"])
-    assert any(s != -1 and d != -1 for s, d in links)  # device-to-device copies ran
+    if strategy != "data":  # (data parallelism moves gradients by collectives only)
+        assert any(s != -1 and d != -1 for s, d in links)  # device-to-device copies ran
 
 
-def test_a_replayed_step_allocates_nothing(monkeypatch):
+@pytest.mark.parametrize("sync", ["shards", "collective"])
+def test_a_replayed_step_allocates_nothing(monkeypatch, sync):
     """Staging buffers of reduction copies come from the pool: once the trace
     replays, a step makes no allocation on any GPU (serial executor: the
-    same interleaving every run); without the pool every step allocates."""
+    same interleaving every run); without the pool every step allocates
+    (shards: the staged gradient copies; collectives stage nothing)."""
     pools = []
 
     def reset():
@@ -218,14 +232,16 @@ def test_a_replayed_step_allocates_nothing(monkeypatch):
         pool = lr.get_runtime().instances.staging_pool
         pools.append((pool, pool.hits))
 
-    _train(monkeypatch, 2, True, executor="serial", fits=3, between=reset)
+    _train(monkeypatch, 2, True, executor="serial", fits=3, between=reset, sync=sync)
     st = emugpu.stats()
     assert st["allocs"] == {}
+    assert st["stream_kernels"] and st["legacy_kernels"] == {}
+    if sync == "collective":
+        return
     pool, hits = pools[0]
     assert pool.hits > hits  # the staged reductions took pooled buffers
-    assert st["stream_kernels"] and st["legacy_kernels"] == {}
     monkeypatch.setattr(streams.BufferPool, "take", lambda self, m, shape, dtype, make: make())
-    _train(monkeypatch, 2, True, executor="serial", fits=3, between=reset)
+    _train(monkeypatch, 2, True, executor="serial", fits=3, between=reset, sync=sync)
     assert sum(emugpu.stats()["allocs"].values()) > 0
 
 

@@ -63,7 +63,7 @@ def test_trace_names_and_placement_follow_the_strategy():
         m = tiny()
         s = Strategy({"x": ParallelConfig((2, 1), (1, 0)), "fc": ParallelConfig((1, 2), (0, 1)),
                       "softmax": ParallelConfig((2, 1), (1, 0))})
-        m.compile(strategy=s)
+        m.compile(strategy=s, sync="shards")  # an update per parameter tile
         x = np.ones((4, 3), np.float32)
         m.fit(x, np.zeros(4, np.int64), verbose=0)
         rt.trace.start()

@@ -63,7 +63,7 @@ def test_simulate_json_and_files(tmp_path, capsys):
     assert len(out["per_device_busy_s"]) == 4
     tg = json.loads(graph.read_text())
     kinds = {t["kind"] for t in tg["tasks"]}
-    assert {"compute", "copy", "update"} <= kinds
+    assert {"compute", "collective", "update"} <= kinds  # collective sync, the default
     ids = {t["id"] for t in tg["tasks"]}
     assert all(a in ids and b in ids for a, b in tg["deps"])
     events = json.loads(trace.read_text())["traceEvents"]

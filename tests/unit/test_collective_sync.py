@@ -55,8 +55,8 @@ def test_taskgraph_has_one_collective_per_bucket_and_group():
 def test_collectives_beat_point_to_point_and_fewer_tasks():
     g, m = _cnn(32), Machine.parse("p100:4x4")
     s = Strategy.data_parallel(g, m)
-    shards = Simulator(g, m).run(s)
-    coll = Simulator(g, m, sync="collective").run(s)
+    shards = Simulator(g, m, sync="shards").run(s)
+    coll = Simulator(g, m).run(s)  # the default
     assert coll.num_tasks < shards.num_tasks / 4
     assert coll.bytes_moved > 0 and coll.iteration_time_s > 0
 

@@ -130,6 +130,8 @@ def test_buckets_and_groups():
     mb = 2**20
     assert C.buckets([10 * mb, 10 * mb, 10 * mb, 30 * mb, mb]) == [[0, 1], [2], [3], [4]]
     assert C.buckets([]) == []
+    # a flat buffer has one element type: a change of dtype starts a bucket
+    assert C.buckets([mb, mb, mb, mb], kinds=["<f4", "<f4", "<f2", "<f4"]) == [[0, 1], [2], [3]]
     tiles = [("a", (1, 0), 8.0), ("b", (2,), 4.0), ("c", (0, 1), 16.0)]
     assert C.bucket_groups(tiles) == [((0, 1), [0, 2], 24.0), ((2,), [1], 4.0)]
     assert C.chunk_bounds(10, 4) == [(0, 3), (3, 6), (6, 9), (9, 12)]
@@ -143,3 +145,14 @@ def test_bad_input_names_the_value():
         C.steps("reduce_scatter", (0, 1, 2), 8, "tree")
     with pytest.raises(ValueError, match="twice"):
         C.steps("all_reduce", (0, 0), 8)
+
+
+def test_one_sync_setting_reaches_both_halves(monkeypatch):
+    monkeypatch.delenv("LEGIONPY_SYNC", raising=False)
+    assert C.resolve_sync() == C.DEFAULT_SYNC == "collective"
+    assert C.resolve_sync("shards") == "shards"
+    monkeypatch.setenv("LEGIONPY_SYNC", "shards")
+    assert C.resolve_sync() == "shards" and C.resolve_sync("collective") == "collective"
+    monkeypatch.setenv("LEGIONPY_SYNC", "allreduce")
+    with pytest.raises(ValueError, match="'allreduce' .LEGIONPY_SYNC=allreduce. is not one of"):
+        C.resolve_sync()

@@ -16,10 +16,10 @@ from legionpy.optimizer import Machine, Simulator, Strategy
 MACHINE = Machine.parse("p100:2x2")
 
 
-def _check_sequence(graph, machine, seed: int, steps: int, start=None) -> None:
+def _check_sequence(graph, machine, seed: int, steps: int, start=None, sync=None) -> None:
     rng = random.Random(seed)
     s = start or random_strategy(rng, graph, machine)
-    sim = Simulator(graph, machine)
+    sim = Simulator(graph, machine, sync=sync)
     sim.run(s)
     for _ in range(steps):
         op = rng.choice(graph.ops)
@@ -27,7 +27,7 @@ def _check_sequence(graph, machine, seed: int, steps: int, start=None) -> None:
         s = s.with_config(op.name, cfg)
         r = sim.delta(op.name, cfg)
         assert sim.last_delta_pops >= 0, "delta fell back to a full reschedule"
-        ref = Simulator(graph, machine)
+        ref = Simulator(graph, machine, sync=sync)
         rf = ref.run(s)
         assert sim.timeline() == ref.timeline()
         assert _orders(sim) == _orders(ref)
@@ -37,7 +37,9 @@ def _check_sequence(graph, machine, seed: int, steps: int, start=None) -> None:
 
 
 def _orders(sim) -> dict:
-    """Each resource's tasks (keys) in FIFO order, read from its list."""
+    """Each resource's tasks (keys) in FIFO order, read from its list. A
+    communicator is named by its group: communicators are numbered in order
+    of first use, which differs between a delta and a fresh simulation."""
     tg = sim.tg
     out = {}
     for r in range(tg.n_res):
@@ -46,7 +48,7 @@ def _orders(sim) -> dict:
             keys.append(int(tg.key[t]))
             t = tg.dnext[t]
         if keys:
-            out[r] = keys
+            out[("comm", tg._comm_group[r]) if r in tg._comm_group else r] = keys
     return out
 
 
@@ -54,6 +56,13 @@ def _orders(sim) -> dict:
 @given(st.integers(0, 10_000), st.integers(3, 10))
 def test_delta_equals_full_random_dags(seed, n_ops):
     _check_sequence(random_graph(seed, n_ops), MACHINE, seed, steps=6)
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(0, 10_000), st.integers(3, 10))
+def test_delta_equals_full_random_dags_shards(seed, n_ops):
+    """The same with point-to-point shard updates (sync="shards")."""
+    _check_sequence(random_graph(seed, n_ops), MACHINE, seed, steps=6, sync="shards")
 
 
 @settings(max_examples=6, deadline=None)

@@ -75,11 +75,17 @@ def test_the_simulator_holds_the_tied_table_once():
     """One parameter: one update per shard, not two; memory of one table."""
     g = models.graph("gpt2", scale="small", vocab=4096).graph
     m = Machine.parse("p100:1x2")
-    sim = Simulator(g, m)
+    sim = Simulator(g, m, sync="shards")
     sim.run(Strategy.data_parallel(g, m))
     names = [sim.tg.task_name(int(s)) for s in np.flatnonzero(sim.tg.alive)]
     assert any(n.startswith("U:wte.weight[") for n in names)
     assert not any("lm_head.weight" in n for n in names)
+    # collective sync: the table is in one bucket once
+    sim = Simulator(g, m)
+    sim.run(Strategy.data_parallel(g, m))
+    bucketed = [sim.tg.params[w].name for b in sim.tg.buckets for w in b]
+    assert bucketed.count("wte.weight") == 1
+    assert not any("lm_head" in n for n in bucketed)
 
 
 def test_the_tied_table_is_updated_densely():

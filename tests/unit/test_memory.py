@@ -37,17 +37,23 @@ def test_breakdown_sums_to_the_simulators_peak(lenet):
     assert acts == pytest.approx(out)
 
 
-def test_optimizer_state_counts_once_per_parameter_element(lenet):
+@pytest.mark.parametrize("sync", ["shards", "collective"])
+def test_optimizer_state_counts_once_per_parameter_element(lenet, sync):
     m = Machine.parse("p100:1x4")
     s = Strategy.data_parallel(lenet, m)
     got = {}
     for slots in (0, 2):
-        sim = Simulator(lenet, m, optimizer_slots=slots)
+        sim = Simulator(lenet, m, optimizer_slots=slots, sync=sync)
         f = feasibility(sim, s)
         got[slots] = sum(f.breakdown[d]["parameters"] for d in f.peak)
-    # the update shards tile every parameter exactly once (fp32)
-    assert got[2] - got[0] == pytest.approx(2 * 4 * lenet.num_parameters())
-    assert got[0] == pytest.approx(2 * 4 * lenet.num_parameters())
+    # the update shards (collective: the members' chunks of each flat bucket,
+    # padded to equal chunks) tile every parameter once (fp32)
+    tol = 0 if sync == "shards" else 4 * 4 * 4 / (2 * 4 * lenet.num_parameters())
+    assert got[2] - got[0] == pytest.approx(2 * 4 * lenet.num_parameters(), rel=tol or 1e-6)
+    if sync == "shards":
+        assert got[0] == pytest.approx(2 * 4 * lenet.num_parameters())
+    else:  # every member keeps a flat replica of the weights and gradients (ZeRO-1)
+        assert got[0] == pytest.approx(4 * 2 * 4 * lenet.num_parameters(), rel=tol)
 
 
 def test_over_capacity_is_infeasible_by_the_overflow(lenet):

@@ -83,7 +83,7 @@ def test_full_simulation_with_replicated_blocks_is_unchanged():
     s = Strategy.data_parallel(g, m)
     out = []
     for fast in (True, False):
-        sim = Simulator(g, m)
+        sim = Simulator(g, m, sync="shards")  # the replicated weights' copies
         sim.tg.fast_reads = fast
         r = sim.run(s)
         tl = sim.timeline()

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from legionpy import models
 from legionpy.optimizer import Machine, Simulator, Strategy, chrome_trace, plot_strategy
 from legionpy.optimizer.trace import write_chrome_trace
 
 
-def _sim():
+def _sim(sync=None):
     g = models.lenet(batch_size=8).graph
     m = Machine.parse("p100:1x2")
-    sim = Simulator(g, m)
+    sim = Simulator(g, m, sync=sync)
     s = Strategy.owt(g, m)
     sim.run(s)
     return g, m, s, sim
@@ -33,13 +35,16 @@ def test_chrome_trace_format(tmp_path):
     assert json.loads(p.read_text()) == json.loads(json.dumps(tr))
 
 
-def test_taskgraph_json_resimulates(tmp_path):
-    g, m, s, sim = _sim()
+@pytest.mark.parametrize("sync,kinds", [("shards", {"compute", "copy", "update"}),
+                                        ("collective", {"compute", "copy", "collective",
+                                                        "update"})])
+def test_taskgraph_json_resimulates(tmp_path, sync, kinds):
+    g, m, s, sim = _sim(sync)
     tj = sim.tg.to_json()
     assert set(tj) == {"tasks", "deps"}
     t0 = tj["tasks"][0]
-    assert set(t0) == {"id", "name", "kind", "device", "duration_s", "bytes"}
-    assert {t["kind"] for t in tj["tasks"]} == {"compute", "copy", "update"}
+    assert {"id", "name", "kind", "device", "duration_s", "bytes"} <= set(t0)
+    assert {t["kind"] for t in tj["tasks"]} == kinds
     from test_simulator import reference_schedule
     ref = reference_schedule(tj)
     assert abs(max(e for _, e in ref.values()) - sim.iteration_time()) < 1e-12

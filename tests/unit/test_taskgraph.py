@@ -18,8 +18,10 @@ def _tiny():
 
 
 def _build(g, m, cfgs):
+    """Point-to-point shard updates (sync="shards"), the structure these
+    tests check (collectives: tests/unit/test_collective_sync.py)."""
     s = Strategy({k: ParallelConfig(*v) for k, v in cfgs.items()})
-    sim = Simulator(g, m)
+    sim = Simulator(g, m, sync="shards")
     sim.run(s)
     return sim, sim.tg.to_json()
 

@@ -1,5 +1,5 @@
-"""2-D convolution, NCHW, with stride, per-side padding, groups, bias and an
-optional fused activation.
+"""2-D convolution, NCHW, with stride, per-side padding, dilation, groups,
+bias and an optional fused activation.
 
 Algorithm (CPU and GPU alike): im2col through a strided view of the padded
 input, materialised once as ``cols`` of shape (N, G, Cg*kh*kw, Ho*Wo), then
@@ -8,6 +8,12 @@ transpose of the output). Backward recomputes ``cols`` from ``x`` (cheaper in
 memory than caching it), gets ``dW`` by a batched GEMM summed over samples,
 and ``dx`` by ``W^T @ dy`` followed by col2im: a scatter-add loop over the
 ``kh*kw`` kernel positions, each a strided slice over all pixels at once.
+
+Dilation ``(dh, dw)`` (atrous convolution: Yu and Koltun, "Multi-Scale
+Context Aggregation by Dilated Convolutions", ICLR 2016) spaces the kernel
+taps ``d`` pixels apart: the strided view steps ``d`` rows per kernel row,
+and the window spans ``d * (k - 1) + 1`` input rows (the *effective* kernel
+of the output-size and tiling rules).
 
 Padding is per side, ``((top, bottom), (left, right))``: a spatial tile of
 the output is computed from the input tile clipped at the image border with
@@ -29,7 +35,8 @@ from .activation import activation_grad_from_output, apply_activation_
 from .common import Padding2d, array_module, normalize_padding, pair
 from .tiling import window_output_size
 
-__all__ = ["conv2d_forward", "conv2d_backward", "conv2d_output_shape", "im2col"]
+__all__ = ["conv2d_forward", "conv2d_backward", "conv2d_output_shape", "im2col",
+           "effective_kernel"]
 
 
 def conv2d_output_shape(
@@ -38,9 +45,10 @@ def conv2d_output_shape(
     kernel: int | Sequence[int],
     stride: int | Sequence[int] = 1,
     padding: Any = 0,
+    dilation: int | Sequence[int] = 1,
 ) -> tuple[int, int, int, int]:
     """(N, O, Ho, Wo) of a convolution of an (N, C, H, W) input (floor mode)."""
-    kh, kw = pair(kernel, "kernel")
+    kh, kw = effective_kernel(kernel, dilation)
     sh, sw = pair(stride, "stride")
     (pt, pb), (pl, pr) = normalize_padding(padding)
     n, _, h, w = input_shape
@@ -50,6 +58,12 @@ def conv2d_output_shape(
         window_output_size(h, kh, sh, pt, pb),
         window_output_size(w, kw, sw, pl, pr),
     )
+
+
+def effective_kernel(kernel: Any, dilation: Any = 1) -> tuple[int, int]:
+    """Input rows and columns one window spans: ``d * (k - 1) + 1``."""
+    (kh, kw), (dh, dw) = pair(kernel, "kernel"), pair(dilation, "dilation")
+    return dh * (kh - 1) + 1, dw * (kw - 1) + 1
 
 
 def _pad(xp: Any, x: Any, pad: Padding2d, value: float = 0.0) -> Any:
@@ -69,11 +83,14 @@ def _as_strided(xp: Any, a: Any, shape: tuple[int, ...], strides: tuple[int, ...
     return as_strided(a, shape=shape, strides=strides)
 
 
-def windows(xp: Any, xpad: Any, kh: int, kw: int, sh: int, sw: int, ho: int, wo: int) -> Any:
-    """Read-only strided view (N, C, kh, kw, Ho, Wo) of the padded input: no copy."""
+def windows(xp: Any, xpad: Any, kh: int, kw: int, sh: int, sw: int, ho: int, wo: int,
+            dh: int = 1, dw: int = 1) -> Any:
+    """Read-only strided view (N, C, kh, kw, Ho, Wo) of the padded input: no
+    copy; kernel taps ``dh``/``dw`` pixels apart (dilation)."""
     n, c = xpad.shape[:2]
     s_n, s_c, s_h, s_w = xpad.strides
-    return _as_strided(xp, xpad, (n, c, kh, kw, ho, wo), (s_n, s_c, s_h, s_w, s_h * sh, s_w * sw))
+    return _as_strided(xp, xpad, (n, c, kh, kw, ho, wo),
+                       (s_n, s_c, s_h * dh, s_w * dw, s_h * sh, s_w * sw))
 
 
 def im2col(
@@ -82,6 +99,7 @@ def im2col(
     stride: int | Sequence[int] = 1,
     padding: Any = 0,
     groups: int = 1,
+    dilation: int | Sequence[int] = 1,
 ) -> tuple[Any, tuple[int, int]]:
     """Columns (N, G, Cg*kh*kw, Ho*Wo), contiguous, and (Ho, Wo).
 
@@ -91,15 +109,16 @@ def im2col(
     xp = array_module(x)
     kh, kw = pair(kernel, "kernel")
     sh, sw = pair(stride, "stride")
+    dh, dw = pair(dilation, "dilation")
     pad = normalize_padding(padding)
     n, c, h, w = x.shape
-    _, _, ho, wo = conv2d_output_shape(x.shape, 1, (kh, kw), (sh, sw), pad)
+    _, _, ho, wo = conv2d_output_shape(x.shape, 1, (kh, kw), (sh, sw), pad, (dh, dw))
     if c % groups:
         raise ValueError(f"conv2d: {c} input channels are not divisible by groups={groups}")
     k = (c // groups) * kh * kw
     if kh == kw == sh == sw == 1 and pad == ((0, 0), (0, 0)):
         return xp.ascontiguousarray(x).reshape(n, groups, k, h * w), (ho, wo)
-    view = windows(xp, _pad(xp, x, pad), kh, kw, sh, sw, ho, wo)
+    view = windows(xp, _pad(xp, x, pad), kh, kw, sh, sw, ho, wo, dh, dw)
     return xp.ascontiguousarray(view).reshape(n, groups, k, ho * wo), (ho, wo)
 
 
@@ -111,6 +130,7 @@ def conv2d_forward(
     padding: Any = 0,
     groups: int = 1,
     activation: str | None = None,
+    dilation: int | Sequence[int] = 1,
 ) -> Any:
     """Convolution ``y = act(conv(x, weight) + bias)``.
 
@@ -126,7 +146,7 @@ def conv2d_forward(
             f"conv2d: input has {c} channels, weight {tuple(weight.shape)} with groups={groups} "
             f"expects {cg * groups} channels and out channels divisible by groups"
         )
-    cols, (ho, wo) = im2col(x, (kh, kw), stride, padding, groups)
+    cols, (ho, wo) = im2col(x, (kh, kw), stride, padding, groups, dilation)
     wmat = weight.reshape(groups, o // groups, cg * kh * kw)
     y = xp.matmul(wmat, cols)  # (N, G, Og, P)
     y = y.reshape(n, o, ho, wo)
@@ -146,6 +166,7 @@ def conv2d_backward(
     need_input_grad: bool = True,
     activation: str | None = None,
     y: Any | None = None,
+    dilation: int | Sequence[int] = 1,
 ) -> tuple[Any | None, Any, Any | None]:
     """Gradients ``(dx, dweight, dbias)`` of :func:`conv2d_forward`.
 
@@ -162,13 +183,14 @@ def conv2d_backward(
     o, cg, kh, kw = weight.shape
     n, c, h, w = x.shape
     sh, sw = pair(stride, "stride")
+    dh, dw_ = pair(dilation, "dilation")
     pad = normalize_padding(padding)
     ho, wo = dy.shape[2:]
     og = o // groups
     k = cg * kh * kw
     dyg = xp.ascontiguousarray(dy).reshape(n, groups, og, ho * wo)
     db = dy.sum(axis=(0, 2, 3)) if has_bias else None
-    cols, _ = im2col(x, (kh, kw), (sh, sw), pad, groups)
+    cols, _ = im2col(x, (kh, kw), (sh, sw), pad, groups, (dh, dw_))
     dw = xp.matmul(dyg, cols.transpose(0, 1, 3, 2)).sum(axis=0)  # (G, Og, K)
     dw = dw.reshape(weight.shape).astype(weight.dtype, copy=False)
     if not need_input_grad:
@@ -183,7 +205,8 @@ def conv2d_backward(
     dxp = xp.zeros((n, c, h + pt + pb, w + pl + pr), dtype=x.dtype)
     for i in range(kh):
         for j in range(kw):
-            dxp[:, :, i : i + sh * (ho - 1) + 1 : sh, j : j + sw * (wo - 1) + 1 : sw] += dcols[
+            r, q = i * dh, j * dw_
+            dxp[:, :, r : r + sh * (ho - 1) + 1 : sh, q : q + sw * (wo - 1) + 1 : sw] += dcols[
                 :, :, i, j
             ]
     dx = dxp[:, :, pt : pt + h, pl : pl + w]

@@ -92,6 +92,7 @@ def conv2d_input_rect(
     padding: Any = 0,
     groups: int = 1,
     out_channels: int | None = None,
+    dilation: int | Sequence[int] = 1,
 ) -> tuple[Rect, Padding2d]:
     """Input rect (NCHW) and per-side padding that output tile ``out_rect`` needs.
 
@@ -99,8 +100,11 @@ def conv2d_input_rect(
     one; every input channel is needed when ``groups == 1``, else the
     channels of the groups the tile's output channels belong to (tiles must
     then be aligned to groups: see :func:`conv2d_tile_groups`). The weight
-    tile is ``weight[out_rect.lo[1]:out_rect.hi[1]]``.
+    tile is ``weight[out_rect.lo[1]:out_rect.hi[1]]``. A dilated kernel
+    spans ``d * (k - 1) + 1`` rows: that is the window here.
     """
+    (kh, kw), (dh, dw) = pair(kernel, "kernel"), pair(dilation, "dilation")
+    kernel = (dh * (kh - 1) + 1, dw * (kw - 1) + 1)
     (h0, h1), (w0, w1), pad = _spatial(input_shape, out_rect, kernel, stride, padding)
     c0, c1 = 0, int(input_shape[1])
     if groups > 1:

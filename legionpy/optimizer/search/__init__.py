@@ -160,7 +160,7 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
             cost_model=None, space: ConfigSpace | None = None,
             progress: Callable[[int, int | None, float], None] | None = None,
             stage: Callable[[str], None] | None = None,
-            found: dict | None = None, sync: str = "shards") -> SearchReport:
+            found: dict | None = None, sync: str | None = None) -> SearchReport:
     """Run ``methods`` (default :data:`DEFAULT_METHODS`; add ``"exhaustive"``
     for tiny cases, ``"hybrid"`` for the data-across-nodes / tensor-inside
     baseline) and simulate each result. ``sync``: the simulator's gradient

@@ -20,12 +20,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "runtime"
 import legionpy as lp  # noqa: E402
 import legionpy.runtime as lr  # noqa: E402
 from legionpy.geometry import Rect  # noqa: E402
+from legionpy.ops.kernels.common import like  # noqa: E402
 from legionpy.regions import WD, Partition, R, Region  # noqa: E402
 from legionpy.runtime.collectives import Collective  # noqa: E402
+from legionpy.runtime.gpu import to_host  # noqa: E402
 
 mode = sys.argv[1]
 rank = MPI.COMM_WORLD.rank
-L = 13
+L = int(os.environ.get("ROW", "13"))  # 14 on 2 GPUs: whole chunks, so NCCL runs them
 
 
 def rows(n):
@@ -39,13 +41,13 @@ def data(n, seed):
 
 
 def put(values):
-    def f(v):
-        v.x[...] = values[v.rect.lo[0] // L]
+    def f(v):  # host values into the instance (a GPU array on GPU devices)
+        v.x[...] = like(values[v.rect.lo[0] // L], v.x)
     return lr.TaskFunction(f, [WD("x")], name="put")
 
 
 def get(v):
-    return np.array(v.x)
+    return np.array(to_host(v.x))
 
 
 GET = lr.TaskFunction(get, [R("x")], name="get")
@@ -89,20 +91,24 @@ elif mode == "train":
     from legionpy.optimizer import Machine
 
     n = len(lr.get_runtime().devices)
+    transports = set()
     for sname, s in (("data", "data"), ("hybrid", hybrid), ("random", STRATS["random"])):
         out = {}
         for sync in ("shards", "collective"):
-            lp.init()
+            rt = lp.init()
             m = cnn()
             strat = s if isinstance(s, str) else s(m.graph, n)
             m.compile(optimizer=lp.nn.SGD(lr=0.1, momentum=0.9), strategy=strat,
                       machine=Machine.local(n), sync=sync)
-            m.fit(X_IMG, Y, epochs=1, verbose=0, shuffle=False)
+            with rt.trace.tap() as t:
+                m.fit(X_IMG, Y, epochs=1, verbose=0, shuffle=False)
+            transports |= {r["transport"] for r in t.records() if r["kind"] == "collective"}
             out[sync] = m.parameters()
             lp.runtime.shutdown()
         for k in out["shards"]:
             np.testing.assert_allclose(out["collective"][k], out["shards"][k], rtol=1e-5,
                                        atol=1e-6, err_msg=f"{sname} {k}")
+    print(f"TRANSPORTS rank {rank}: {sorted(x for x in transports if x)}", flush=True)
     print(f"OK collective training rank {rank}", flush=True)
 elif mode == "die":
     n = len(lr.get_runtime().devices)

@@ -1,0 +1,267 @@
+"""The NCCL transport of a collective (docs/seam.md section 3): GPU groups
+run ``reduce_scatter``, ``all_gather`` and ``all_reduce`` as ONE NCCL call
+per position, through ``cupy.cuda.nccl`` (NVIDIA's NCCL; the calls are
+ncclReduceScatter / ncclAllGather / ncclAllReduce, grouped with
+ncclGroupStart/End so one process can drive several of its GPUs).
+
+When: every local buffer of the collective is a GPU array, its length is a
+whole number of equal chunks (collective sync pads every row so,
+nn/sync.py), the backend has NCCL (CuPy built with it, or the emulated
+backend, runtime/emunccl.py) and ``LEGIONPY_NCCL`` is not ``0``. Otherwise
+the other transports run (runtime/collectives.py: peer copies along the
+rule's steps in one process, mpi4py across ranks).
+
+Communicators: one NCCL communicator per group (its positions are the
+NCCL ranks, position ``p`` owning chunk ``p``), made on first use and
+cached. In one process ``ncclCommInitAll`` over the group's GPUs; across
+processes the lowest rank of the group makes the unique id and broadcasts
+it over the group's MPI sub-communicator (the one the MPI transport uses),
+then every rank initialises its local positions inside one NCCL group
+(``ncclCommInitRank`` per local GPU). Every rank issues a group's
+collectives in the same order (the communicator queue, runtime/core.py),
+which is what NCCL requires.
+
+In place, as NCCL allows: the reduce-scatter's receive buffer is chunk
+``p`` of position ``p``'s buffer, the all-gather's send buffer is chunk
+``p`` too; after a reduce-scatter the rest of the buffer is zeroed (as the
+other transports leave it: the next step's gradients accumulate from zero).
+
+Faults: the calls are enqueued on a stream per device; the transport then
+polls their completion with the MPI job's deadline (``LEGIONPY_MPI_TIMEOUT``)
+and its failure flag, so a rank that died inside a collective aborts the
+communicators (``ncclCommAbort``) and ends the job with an error naming
+the collective and the ranks it waited for, never a hang.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import TaskError
+from .streams import comm_stream_of
+
+__all__ = ["usable", "NCCLTransport", "NcclComms", "CupyNccl", "UID_BYTES"]
+
+#: room for a pickled NCCL unique id (ncclUniqueId is 128 bytes) and its
+#: length, broadcast over MPI as one fixed-size message
+UID_BYTES = 1024
+
+
+def enabled() -> bool:
+    """``LEGIONPY_NCCL`` is not ``0`` (default on)."""
+    return os.environ.get("LEGIONPY_NCCL", "1").strip() not in ("0", "off", "false")
+
+
+def usable(spec: Any, bufs: dict[int, Any]) -> bool:
+    """Whether ``spec`` can run on NCCL with these local buffers."""
+    from .gpu import backend, is_gpu
+
+    if not enabled() or not bufs or spec.nccl is None:
+        return False
+    n = len(spec.group)
+    lens = {len(a) for a in bufs.values()}
+    if len(lens) != 1 or lens.pop() % n or not all(is_gpu(a) for a in bufs.values()):
+        return False
+    return backend().nccl is not None
+
+
+class NcclComms:
+    """The NCCL communicators of this process, one per group (cached). ``cl``:
+    the MPI cluster (None in one process)."""
+
+    def __init__(self, cl: Any = None) -> None:
+        self.cl = cl
+        self.cache: dict[tuple, dict[int, Any]] = {}
+        self.streams: dict[int, Any] = {}
+
+    def stream(self, k: int) -> Any:
+        """The stream NCCL calls run on for GPU ``k`` (one per device)."""
+        from .gpu import backend
+
+        s = self.streams.get(k)
+        if s is None:
+            s = self.streams[k] = backend().Stream(k, "nccl")
+        return s
+
+    def get(self, spec: Any, devs: dict[int, int]) -> dict[int, Any]:
+        """{position: communicator} of this process's positions of
+        ``spec.group``; ``devs``: {position: CUDA ordinal}."""
+        from .gpu import backend
+
+        comms = self.cache.get(spec.group)
+        if comms is not None:
+            return comms
+        nccl = backend().nccl
+        n = len(spec.group)
+        if spec.comm is None:  # every position in this process
+            made = nccl.init_all([devs[p] for p in range(n)])
+            comms = dict(enumerate(made))
+        else:
+            mpi_comm, _, cl = spec.comm
+            buf = np.zeros(UID_BYTES, np.uint8)
+            if mpi_comm.Get_rank() == 0:
+                raw = pickle.dumps(nccl.unique_id())
+                buf[:4] = np.frombuffer(len(raw).to_bytes(4, "little"), np.uint8)
+                buf[4:4 + len(raw)] = np.frombuffer(raw, np.uint8)
+            req = mpi_comm.Ibcast(buf, root=0)
+            _wait_for(cl, req.Test, spec,
+                      f"the unique id of the NCCL communicator of {spec.name}")
+            size = int.from_bytes(buf[:4].tobytes(), "little")
+            uid = pickle.loads(buf[4:4 + size].tobytes())
+            nccl.group_start()
+            try:
+                comms = {p: nccl.init_rank(n, uid, p, devs[p], mpi_comm) for p in spec.local}
+            finally:
+                nccl.group_end()
+        self.cache[spec.group] = comms
+        return comms
+
+
+def _others(spec: Any) -> str:
+    """"the other ranks [..]" of the group's MPI communicator (world ranks)."""
+    if spec.comm is None:
+        return "the group's devices"
+    comm, _, cl = spec.comm
+    ranks = comm.Get_group().Translate_ranks(list(range(comm.Get_size())),
+                                             cl.world.Get_group())
+    return f"the other ranks {[r for r in ranks if r != cl.rank]}"
+
+
+def _wait_for(cl: Any, test: Any, spec: Any, what: str, abort: Any = None) -> None:
+    """Poll ``test()`` until true; under MPI with the cluster's deadline and
+    failure flag (an error naming the collective, after ``abort()``)."""
+    if cl is None:
+        while not test():
+            time.sleep(1e-5)
+        return
+    try:
+        cl.wait([], lambda: what, test=test)
+    except TaskError as exc:
+        if abort is not None:
+            abort()
+        text = (f"collective {spec.name} ({spec.kind} over devices {list(spec.group)}, NCCL) "
+                f"on rank {cl.rank}: {exc}")
+        cl.report_failure(text)
+        raise TaskError(text) from exc
+
+
+class NCCLTransport:
+    """One NCCL call per local position, in one NCCL group (module doc). The
+    caller synchronises the buffers' devices first (their prologues) and
+    zeroes what a reduce-scatter leaves outside each position's chunk."""
+
+    @staticmethod
+    def run(spec: Any, bufs: dict[int, Any]) -> list[dict]:
+        from .gpu import backend
+
+        nccl = backend().nccl
+        comms_of: NcclComms = spec.nccl
+        n = len(spec.group)
+        n_elems = len(next(iter(bufs.values())))
+        c = n_elems // n
+        devs = {p: a.device.id for p, a in bufs.items()}
+        if spec.comm is None:
+            devs = {p: devs[p] for p in range(n)}
+        comms = comms_of.get(spec, devs)
+        # the collective's own streams (runtime/streams.py: what follows waits
+        # on their events), else one NCCL stream per GPU and the host waits
+        own = {p: comm_stream_of(spec.group[p]) for p in bufs}
+        on_own = all(s is not None for s in own.values())
+        streams = own if on_own else {p: comms_of.stream(devs[p]) for p in bufs}
+        t0 = time.perf_counter()
+        work = nccl.launch(spec.kind, {p: comms[p] for p in bufs}, bufs, c, streams)
+        cl = spec.comm[2] if spec.comm is not None else None
+        if cl is not None or not on_own:  # across processes: a dead peer must not hang
+            _wait_for(cl, work.done, spec,
+                      f"{_others(spec)} in NCCL collective {spec.name} ({spec.kind} over "
+                      f"devices {list(spec.group)}, {spec.nbytes:.0f} bytes)", abort=work.abort)
+        else:
+            work.done()  # enqueued on the streams; successors wait on their events
+        if not on_own:
+            for s in streams.values():  # the host (and what follows) after it
+                s.synchronize()
+        return [{"src": spec.group[min(bufs)], "dst": None, "bytes": spec.nbytes, "start": t0,
+                 "end": time.perf_counter(), "nccl": spec.kind}]
+
+
+class _CupyWork:
+    def __init__(self, events: list, comms: list) -> None:
+        self.events, self.comms = events, comms
+
+    def done(self) -> bool:
+        return all(e.done for e in self.events)
+
+    def abort(self) -> None:
+        for c in self.comms:
+            c.abort()
+
+
+class CupyNccl:
+    """The NCCL interface of the CuPy backend (``cupy.cuda.nccl``): pointers
+    into the flat buffers, in place."""
+
+    def __init__(self, cupy: Any) -> None:
+        from cupy.cuda import nccl
+
+        self.cp, self.nc = cupy, nccl
+        self.types = {"float32": nccl.NCCL_FLOAT32, "float64": nccl.NCCL_FLOAT64,
+                      "float16": nccl.NCCL_FLOAT16, "int32": nccl.NCCL_INT32,
+                      "int64": nccl.NCCL_INT64}
+
+    def unique_id(self) -> Any:
+        return self.nc.get_unique_id()
+
+    def init_all(self, devices: list[int]) -> list:
+        return self.nc.NcclCommunicator.initAll(list(devices))
+
+    def init_rank(self, n: int, uid: Any, rank: int, k: int, bootstrap: Any = None) -> Any:
+        with self.cp.cuda.Device(k):
+            return self.nc.NcclCommunicator(n, uid, rank)
+
+    def group_start(self) -> None:
+        self.nc.groupStart()
+
+    def group_end(self) -> None:
+        self.nc.groupEnd()
+
+    def launch(self, kind: str, comms: dict, bufs: dict, c: int, streams: dict) -> _CupyWork:
+        nc = self.nc
+        events = []
+        self.group_start()
+        try:
+            for p, a in bufs.items():
+                comm, s = comms[p], streams[p]
+                dt, size = self.types[a.dtype.name], a.dtype.itemsize
+                base = a.data.ptr
+                with self.cp.cuda.Device(a.device.id):
+                    if kind == "reduce_scatter":
+                        comm.reduceScatter(base, base + p * c * size, c, dt, nc.NCCL_SUM, s.ptr)
+                    elif kind == "all_gather":
+                        comm.allGather(base + p * c * size, base, c, dt, s.ptr)
+                    else:
+                        comm.allReduce(base, base, len(a), dt, nc.NCCL_SUM, s.ptr)
+        finally:
+            self.group_end()
+        for p, a in bufs.items():
+            with self.cp.cuda.Device(a.device.id):
+                ev = self.cp.cuda.Event(disable_timing=True)
+                ev.record(streams[p])
+                events.append(ev)
+        return _CupyWork(events, list(comms.values()))
+
+
+def cupy_nccl(cupy: Any) -> CupyNccl | None:
+    """CuPy's NCCL, or None when CuPy was built without it."""
+    try:
+        from cupy.cuda import nccl
+
+        if hasattr(nccl, "available") and not nccl.available:
+            return None
+        return CupyNccl(cupy)
+    except (ImportError, AttributeError):
+        return None
