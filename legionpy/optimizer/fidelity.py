@@ -474,6 +474,12 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list, req
                 weight[-1] = 2.0
                 python.append(min(1.0, min(dur[i], g) / dur[i]) if dur[i] > 0 else 0.0)
                 continue
+        if t["kind"] == "collective" and t["device"].startswith("comm:"):
+            spans = {_process_of(f"comm:{k}", proc) for k in _comm_members(t["device"])}
+            if len(spans) > 1:  # every member rank's thread waits on it, as a copy's two
+                weight[-1] = float(len(spans))
+                python.append(min(1.0, min(dur[i], g) / dur[i]) if dur[i] > 0 else 0.0)
+                continue
         if t["kind"] == "copy":
             py = overhead.copy_s + min(t["duration_s"], g)
         else:
@@ -496,6 +502,16 @@ def _processes(tasks: list[dict], control_threads: int) -> dict[str, int]:
                    key=lambda d: (len(re.sub(r"\D", "", d)), re.sub(r"\D", "", d), d))
     per = max(1, -(-len(names) // max(1, control_threads)))
     return {d: k // per for k, d in enumerate(names)}
+
+
+def _comm_members(resource: str) -> list[int]:
+    """Device numbers of a communicator ``comm:0-3,8`` (:func:`.taskgraph.comm_name`)."""
+    out: list[int] = []
+    for part in resource[len("comm:"):].split(","):
+        a, _, b = part.partition("-")
+        if a.isdigit():
+            out.extend(range(int(a), int(b if b.isdigit() else a) + 1))
+    return out
 
 
 def _process_of(resource: str, proc: dict[str, int]) -> int:
