@@ -469,8 +469,10 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list, req
             dst = proc.get(t["device"].split("->")[1].split("/")[0], procs[-1])
             if dst != procs[-1]:
                 # between two processes: both ranks' link threads wait on the
-                # transfer (spinning, then napping: runtime/mpi.py), using
-                # cores, not the lock, beyond the send's dispatch
+                # transfer (spinning with time.sleep(0), then napping:
+                # runtime/mpi.py Cluster.wait), using cores, and giving the
+                # lock up at every turn (no hand-over cost) beyond the send's
+                # dispatch
                 weight[-1] = 2.0
                 python.append(min(1.0, min(dur[i], g) / dur[i]) if dur[i] > 0 else 0.0)
                 continue
@@ -491,7 +493,8 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list, req
                        [0.0] * n if pipelined else list(issued), succs,
                        cores=overhead.cores, switch=overhead.gil_switch,
                        control=[clock] * ranks, weight=weight, wake=overhead.wake_s,
-                       fair=overhead.gil_order == "fair")
+                       fair=overhead.gil_order == "fair",
+                       yields=[w > 1 for w in weight])
     return r["end"], r["start"], r["admit"], max(r["control_end"], default=0.0)
 
 

@@ -77,7 +77,10 @@ _EPS = 1e-15
 def share_rates(threads: Sequence[tuple], cores: float,
                 switch: float = 0.0, fair: bool = True) -> list[float]:
     """Progress rates of running threads ``(process, python fraction[,
-    cores used])`` (module doc): max-min fair shares of each process's lock,
+    cores used[, yields]])`` (module doc; ``yields``: the thread gives the
+    lock up at once whenever another wants it -- a copy or collective
+    waiting on its transfer -- so it neither pays nor causes hand-over
+    costs): max-min fair shares of each process's lock,
     capacity ``1 / (1 + switch)`` when two or more of its threads want it,
     then the cores (``cores`` <= 0: unlimited) shared alike, a thread using
     ``cores used`` (default 1) of them at full speed.
@@ -116,7 +119,7 @@ def share_rates(threads: Sequence[tuple], cores: float,
             for j in js:
                 x[j] = min(1.0, left / threads[j][1])
                 left = max(0.0, left - threads[j][1] * x[j])
-            shared = [j for j in js if x[j] > 0]
+            shared = [j for j in js if x[j] > 0 and not (len(threads[j]) > 3 and threads[j][3])]
             if len(shared) > 1:  # they interleave: every hand-over costs
                 for j in shared:
                     x[j] *= cap
@@ -149,7 +152,8 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
                    python: Sequence[float], ready: Sequence[float],
                    succs: Sequence[Sequence[int]], cores: float = 0.0, switch: float = 0.0,
                    control: Sequence[float] = (), weight: Sequence[float] | None = None,
-                   wake: float = 0.0, fair: bool = True) -> dict:
+                   wake: float = 0.0, fair: bool = True,
+                   yields: Sequence[bool] | None = None) -> dict:
     """Schedule tasks on FIFO resources under processor sharing (module doc).
 
     ``res[i]``: task i's resource (a thread), ``proc[i]``: its process,
@@ -165,7 +169,8 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
     core or lock used meanwhile; a task queued while the resource is busy
     starts as the previous one ends. ``fair`` False: the lock goes first
     come, first served (:func:`share_rates`), a thread keeping its seniority
-    while it has work queued. Returns ``{"start", "end"}`` per task
+    while it has work queued. ``yields[i]``: task i's thread gives the lock
+    up whenever another wants it (:func:`share_rates`). Returns ``{"start", "end"}`` per task
     (``start``: when its work begins -- after any wake-up, and once it gets
     a share of its lock), ``"admit"`` (when it got its resource) and
     ``"control_end"`` per process.
@@ -191,7 +196,7 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
     events = 0
     for p, c in enumerate(control):
         if c > 0:
-            running[("control", p)] = [c, p, 1.0, -1 - p, 1.0]
+            running[("control", p)] = [c, p, 1.0, -1 - p, 1.0, False]
     control_end = [0.0] * len(control)
     t = 0.0
     done = 0
@@ -213,16 +218,17 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
                     senior[name] = events
                 if wake > 0 and r > idle_since.get(name, float("-inf")):
                     # the thread slept on its empty queue: it wakes first
-                    running[name] = [wake, proc[i], 0.0, i, 0.0]
+                    running[name] = [wake, proc[i], 0.0, i, 0.0, True]
                     waking.add(name)
                 else:
                     running[name] = [work[i], proc[i], python[i], i,
-                                     1.0 if weight is None else weight[i]]
+                                     1.0 if weight is None else weight[i],
+                                     bool(yields is not None and yields[i])]
                 dirty = True
         if dirty:
             keys = sorted(running, key=lambda k: senior.get(k, 0)) if not fair else list(running)
-            rates = share_rates([(running[k][1], running[k][2], running[k][4]) for k in keys],
-                                cores, switch, fair)
+            rates = share_rates([(running[k][1], running[k][2], running[k][4], running[k][5])
+                                 for k in keys], cores, switch, fair)
             dirty = False
             for k, x in zip(keys, rates):
                 i = running[k][3]
@@ -250,7 +256,8 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
                 i = running[k][3]
                 start[i] = t
                 running[k] = [work[i], proc[i], python[i], i,
-                              1.0 if weight is None else weight[i]]
+                              1.0 if weight is None else weight[i],
+                              bool(yields is not None and yields[i])]
                 if work[i] > _EPS * max(1.0, t):
                     continue
                 running.pop(k)
