@@ -140,3 +140,14 @@ def test_embeddings_sparse_update_adam():
         finally:
             lp.runtime.shutdown()
     same(run("shards"), run("collective"), "rnn (embedding) Adam")
+
+
+def test_small_buckets_follow_the_cap(monkeypatch):
+    """LEGIONPY_BUCKET_MB splits the parameters into more buckets in the
+    runtime too (one reduce-scatter each); the parameters stay the same."""
+    monkeypatch.setenv("LEGIONPY_BUCKET_MB", "0.002")
+    a = train(cnn, X_IMG, 2, "data", "shards")[0]
+    b, _, _, colls = train(cnn, X_IMG, 2, "data", "collective")
+    same(a, b, "cnn data, 2 KiB buckets")
+    buckets = {r["name"].split(".")[0] for r in colls if r["collective"] == "reduce_scatter"}
+    assert len(buckets) > 1, buckets
