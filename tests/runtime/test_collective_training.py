@@ -77,6 +77,16 @@ def test_emulated_gpus_nccl_and_peer_copies(emu, monkeypatch, n):
     assert {r["transport"] for r in colls} == {"in-process"}
 
 
+def test_devices_sharing_a_gpu_do_not_use_nccl(emu, monkeypatch):
+    """Two devices on one GPU (how tests run on a one-GPU machine): NCCL
+    refuses a communicator with a GPU twice, so the group takes peer copies."""
+    monkeypatch.setenv("LEGIONPY_EMU_VISIBLE", "1")
+    a = train(cnn, X_IMG, 2, "data", "shards", start=lambda: emu(2))[0]
+    b, _, _, colls = train(cnn, X_IMG, 2, "data", "collective", start=lambda: emu(2))
+    same(a, b, "cnn data on 2 devices of one emulated GPU")
+    assert colls and {r["transport"] for r in colls} == {"in-process"}
+
+
 def test_checkpoint_round_trip_and_parameters_between_steps(tmp_path):
     """Parameters and optimizer state live in the flat replicas between
     steps: ``parameters()`` and ``save`` read them back, ``load`` writes
