@@ -3,9 +3,9 @@
 Each figure is one full simulation (``Simulator.run``: build + schedule)
 in a fresh process (so its time includes the one-off geometry and its
 memory is the process's peak RSS), data parallelism, analytic cost model:
-"today" is ``sync="shards"`` (point-to-point copies to update shards, the
-mode the runtime runs), "now" ``sync="collective"`` (docs/seam.md; node-
-symmetric strategies simulate one node per class). A "today" run that
+"today" is ``sync="shards"`` (point-to-point copies to update shards, what
+both halves ran before issue 24), "now" ``sync="collective"`` (docs/seam.md,
+the default since; node-symmetric strategies simulate one node per class). A "today" run that
 exceeds ``--limit`` seconds is stopped and printed as ``> limit``.
 
     python bench/collectives.py            # every row (minutes: the "today" runs)

@@ -141,14 +141,31 @@ def _check(kind: str, group: Sequence[int], algorithm: str | None = None) -> Non
 
 
 # -- buckets and groups ------------------------------------------------------------
-def buckets(sizes: Sequence[float], cap: float = BUCKET_BYTES,
+def bucket_bytes() -> float:
+    """The bucket cap both halves use: ``LEGIONPY_BUCKET_MB`` (MiB) when set,
+    else :data:`BUCKET_BYTES`."""
+    mb = os.environ.get("LEGIONPY_BUCKET_MB")
+    if not mb:
+        return float(BUCKET_BYTES)
+    try:
+        value = float(mb)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise StrategyError(f"LEGIONPY_BUCKET_MB={mb!r}: give the gradient bucket cap in MiB, "
+                            "a number above 0 (default 25, as PyTorch DDP's bucket_cap_mb)")
+    return value * 2**20
+
+
+def buckets(sizes: Sequence[float], cap: float | None = None,
             kinds: Sequence[object] | None = None) -> list[list[int]]:
     """Indices of ``sizes`` (bytes, in the order gradients become ready:
     reverse first-use order) packed greedily into buckets of at most
     ``cap`` bytes, order kept; an item larger than ``cap`` is alone.
     ``kinds`` (one per item, e.g. the parameters' dtypes): a bucket holds
     one kind only, as a flat buffer has one element type (a change of kind
-    starts a new bucket)."""
+    starts a new bucket). ``cap``: default :func:`bucket_bytes`."""
+    cap = bucket_bytes() if cap is None else cap
     out: list[list[int]] = []
     fill = 0.0
     for i, s in enumerate(sizes):

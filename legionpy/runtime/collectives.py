@@ -172,8 +172,9 @@ def run_collective(spec: CollectiveSpec, bufs: dict[int, Any]) -> list[dict]:
     if usable(spec, bufs):
         _ordered(bufs)  # the prologues' folds (each position's stream) first
         events = NCCLTransport.run(spec, bufs)
-        _finish(spec, bufs, C.chunk_bounds(len(next(iter(bufs.values()))), len(spec.group)))
-        return events
+        if events is not None:
+            _finish(spec, bufs, C.chunk_bounds(len(next(iter(bufs.values()))), len(spec.group)))
+            return events
     if spec.comm is not None:
         return MPITransport.run(spec, bufs)
     return InProcess.run(spec, bufs)

@@ -95,6 +95,8 @@ class EmuNccl:
         return os.urandom(16)
 
     def init_all(self, devices: list[int]) -> list[EmuComm]:
+        if len(set(devices)) < len(devices):  # as ncclCommInitAll
+            raise RuntimeError(f"NCCL error: invalid usage (duplicate GPU in {devices})")
         uid = self.unique_id()
         return [EmuComm(len(devices), uid, r, k) for r, k in enumerate(devices)]
 

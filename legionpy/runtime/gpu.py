@@ -195,10 +195,12 @@ def backend() -> Any:
 
 def visible_gpus() -> int:
     """Number of CUDA devices CuPy sees (0 without CuPy or a driver); with the
-    emulated backend, ``LEGIONPY_GPUS`` (default 2)."""
+    emulated backend, ``LEGIONPY_EMU_VISIBLE`` (the GPUs of an emulated node,
+    shared round robin by its ranks), else ``LEGIONPY_GPUS`` (default 2)."""
     global _visible
     if backend_name() == "emulated":
-        env = os.environ.get("LEGIONPY_GPUS", "").strip()
+        env = os.environ.get("LEGIONPY_EMU_VISIBLE", "").strip() or \
+            os.environ.get("LEGIONPY_GPUS", "").strip()
         return int(env) if env.isdigit() else 2
     if _visible is None:
         _visible = 0

@@ -88,20 +88,28 @@ class NcclComms:
             s = self.streams[k] = backend().Stream(k, "nccl")
         return s
 
-    def get(self, spec: Any, devs: dict[int, int]) -> dict[int, Any]:
+    def get(self, spec: Any, devs: dict[int, int]) -> dict[int, Any] | None:
         """{position: communicator} of this process's positions of
-        ``spec.group``; ``devs``: {position: CUDA ordinal}."""
+        ``spec.group``; ``devs``: {position: CUDA ordinal}. None when two
+        positions of the group share a GPU (NCCL refuses a communicator
+        with a GPU twice: two devices or ranks on one GPU, as the tests run
+        on one-GPU machines); the caller takes another transport."""
         from .gpu import backend
 
-        comms = self.cache.get(spec.group)
-        if comms is not None:
-            return comms
+        if spec.group in self.cache:
+            return self.cache[spec.group]
         nccl = backend().nccl
         n = len(spec.group)
         if spec.comm is None:  # every position in this process
+            if len(set(devs.values())) < n:
+                self.cache[spec.group] = None
+                return None
             made = nccl.init_all([devs[p] for p in range(n)])
             comms = dict(enumerate(made))
         else:
+            if _shared_gpu(spec, devs):
+                self.cache[spec.group] = None
+                return None
             mpi_comm, _, cl = spec.comm
             buf = np.zeros(UID_BYTES, np.uint8)
             if mpi_comm.Get_rank() == 0:
@@ -120,6 +128,26 @@ class NcclComms:
                 nccl.group_end()
         self.cache[spec.group] = comms
         return comms
+
+
+def _shared_gpu(spec: Any, devs: dict[int, int]) -> bool:
+    """Across processes: whether two positions of the group are one GPU
+    (same host, same ordinal). Every rank of the group contributes its
+    positions' (host, ordinal) codes to one all-reduce, so all decide alike."""
+    import socket
+    import zlib
+
+    from mpi4py import MPI
+
+    mpi_comm, _, cl = spec.comm
+    host = zlib.crc32(socket.gethostname().encode()) & 0x7FFFFFFF
+    mine = np.full(len(spec.group), -1, np.int64)
+    for p, k in devs.items():
+        mine[p] = host * 4096 + k
+    every = np.empty_like(mine)
+    req = mpi_comm.Iallreduce(mine, every, op=MPI.MAX)
+    _wait_for(cl, req.Test, spec, f"the GPUs of the group of {spec.name}")
+    return len(set(every.tolist())) < len(spec.group)
 
 
 def _others(spec: Any) -> str:
@@ -152,8 +180,10 @@ def _wait_for(cl: Any, test: Any, spec: Any, what: str, abort: Any = None) -> No
 
 class NCCLTransport:
     """One NCCL call per local position, in one NCCL group (module doc). The
-    caller synchronises the buffers' devices first (their prologues) and
-    zeroes what a reduce-scatter leaves outside each position's chunk."""
+    caller orders the buffers' earlier work first (their prologues) and
+    zeroes what a reduce-scatter leaves outside each position's chunk;
+    :meth:`run` returns None, having done nothing, when the group's GPUs
+    repeat (NCCL refuses that): the caller takes another transport."""
 
     @staticmethod
     def run(spec: Any, bufs: dict[int, Any]) -> list[dict]:
@@ -168,6 +198,8 @@ class NCCLTransport:
         if spec.comm is None:
             devs = {p: devs[p] for p in range(n)}
         comms = comms_of.get(spec, devs)
+        if comms is None:
+            return None
         # the collective's own streams (runtime/streams.py: what follows waits
         # on their events), else one NCCL stream per GPU and the host waits
         own = {p: comm_stream_of(spec.group[p]) for p in bufs}

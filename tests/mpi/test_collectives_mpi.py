@@ -37,10 +37,21 @@ def test_training_over_nccl_on_emulated_gpus():
     dependences' events, runtime/streams.py)."""
     out = run_mpi(2, [PROG, "train"], timeout=150,
                   env={"LEGIONPY_GPU_BACKEND": "emulated", "LEGIONPY_GPUS": "1",
-                       "LEGIONPY_MPI_TIMEOUT": "60"})
+                       "LEGIONPY_EMU_VISIBLE": "2", "LEGIONPY_MPI_TIMEOUT": "60"})
     assert out.stdout.count("OK collective training rank") == 2, out.stdout
     assert out.stdout.count("TRANSPORTS rank") == 2
     assert all("['nccl']" in line for line in out.stdout.splitlines()
+               if line.startswith("TRANSPORTS")), out.stdout
+
+
+def test_ranks_sharing_a_gpu_use_mpi():
+    """Two ranks on one GPU (the IPC tests' one-GPU setup): NCCL would refuse
+    the communicator; every rank sees it and the group takes MPI."""
+    out = run_mpi(2, [PROG, "train"], timeout=150,
+                  env={"LEGIONPY_GPU_BACKEND": "emulated", "LEGIONPY_GPUS": "1",
+                       "LEGIONPY_EMU_VISIBLE": "1", "LEGIONPY_MPI_TIMEOUT": "60"})
+    assert out.stdout.count("OK collective training rank") == 2, out.stdout
+    assert all("['mpi']" in line for line in out.stdout.splitlines()
                if line.startswith("TRANSPORTS")), out.stdout
 
 
@@ -51,7 +62,8 @@ def test_dead_rank_inside_an_nccl_collective_is_named():
     t0 = time.monotonic()
     out = run_mpi(2, [PROG, "die", "after"], timeout=30, check=False,
                   env={**FAST, "LEGIONPY_GPU_BACKEND": "emulated", "LEGIONPY_GPUS": "1",
-                       "ROW": "14"}, mpi_args=("-disable-auto-cleanup",))
+                       "LEGIONPY_EMU_VISIBLE": "2", "ROW": "14"},
+                  mpi_args=("-disable-auto-cleanup",))
     assert out.returncode != 0, out.stdout + out.stderr
     assert time.monotonic() - t0 < 15
     assert "[legionpy rank 0] error: collective AR(die) (all_reduce over devices [0, 1], " \

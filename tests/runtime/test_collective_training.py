@@ -77,6 +77,16 @@ def test_emulated_gpus_nccl_and_peer_copies(emu, monkeypatch, n):
     assert {r["transport"] for r in colls} == {"in-process"}
 
 
+def test_devices_sharing_a_gpu_do_not_use_nccl(emu, monkeypatch):
+    """Two devices on one GPU (how tests run on a one-GPU machine): NCCL
+    refuses a communicator with a GPU twice, so the group takes peer copies."""
+    monkeypatch.setenv("LEGIONPY_EMU_VISIBLE", "1")
+    a = train(cnn, X_IMG, 2, "data", "shards", start=lambda: emu(2))[0]
+    b, _, _, colls = train(cnn, X_IMG, 2, "data", "collective", start=lambda: emu(2))
+    same(a, b, "cnn data on 2 devices of one emulated GPU")
+    assert colls and {r["transport"] for r in colls} == {"in-process"}
+
+
 def test_checkpoint_round_trip_and_parameters_between_steps(tmp_path):
     """Parameters and optimizer state live in the flat replicas between
     steps: ``parameters()`` and ``save`` read them back, ``load`` writes
@@ -140,3 +150,14 @@ def test_embeddings_sparse_update_adam():
         finally:
             lp.runtime.shutdown()
     same(run("shards"), run("collective"), "rnn (embedding) Adam")
+
+
+def test_small_buckets_follow_the_cap(monkeypatch):
+    """LEGIONPY_BUCKET_MB splits the parameters into more buckets in the
+    runtime too (one reduce-scatter each); the parameters stay the same."""
+    monkeypatch.setenv("LEGIONPY_BUCKET_MB", "0.002")
+    a = train(cnn, X_IMG, 2, "data", "shards")[0]
+    b, _, _, colls = train(cnn, X_IMG, 2, "data", "collective")
+    same(a, b, "cnn data, 2 KiB buckets")
+    buckets = {r["name"].split(".")[0] for r in colls if r["collective"] == "reduce_scatter"}
+    assert len(buckets) > 1, buckets

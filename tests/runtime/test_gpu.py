@@ -66,3 +66,18 @@ def test_tasks_run_on_one_non_default_stream_per_device(gpurt):
     np.testing.assert_array_equal(R.read("u"), np.ones(8 * n, np.float32))
     ptrs = [p for _, p in seen.values()]
     assert 0 not in ptrs and len(set(ptrs)) == n
+
+
+def test_nccl_collectives_train_as_shards(monkeypatch):
+    """On two real GPUs the data-parallel gradient exchange runs on NCCL
+    (cupy.cuda.nccl) and trains the same parameters as point-to-point
+    shards (one GPU: two devices would share it; NCCL refuses that)."""
+    if visible_gpus() < 2:
+        pytest.skip("NCCL needs two GPUs (a communicator may not hold one GPU twice)")
+    from test_collective_training import X_IMG, cnn, same, train
+
+    monkeypatch.setenv("LEGIONPY_GPUS", "2")
+    a = train(cnn, X_IMG, 2, "data", "shards", start=lr.init)[0]
+    b, _, _, colls = train(cnn, X_IMG, 2, "data", "collective", start=lr.init)
+    same(a, b, "cnn data on 2 GPUs, NCCL")
+    assert colls and {r["transport"] for r in colls} == {"nccl"}

@@ -66,3 +66,17 @@ def random_strategy(rng: random.Random, graph, machine):
     from legionpy.optimizer import Strategy
     return Strategy({op.name: random_config(rng, op, machine.num_devices) for op in graph.ops},
                     graph.name, machine.name)
+
+
+def tilings(op):
+    """Degree tuples to try on ``op``: none, 2 and 3 along each parallel dim,
+    and 2 along every parallel dim at once (the layer kernel tests)."""
+    nd = len(op.output_shape)
+    yield (1,) * nd
+    for d in op.parallel_dims:
+        for k in (2, 3):
+            if k <= op.output_shape[d]:
+                deg = [1] * nd
+                deg[d] = k
+                yield tuple(deg)
+    yield tuple(2 if d in op.parallel_dims and op.output_shape[d] >= 2 else 1 for d in range(nd))

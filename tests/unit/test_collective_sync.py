@@ -206,12 +206,16 @@ def test_hybrid_baseline_splits_parameters_inside_nodes():
     assert s[conv.name].devices == tuple(range(16))
 
 
-def test_search_at_scale_runs_symmetric_methods(monkeypatch):
+@pytest.mark.parametrize("sync", ["collective", None])
+def test_search_at_scale_runs_symmetric_methods(monkeypatch, sync):
+    """With collectives (named, or the default: None once crashed at 1,024
+    GPUs into the full-graph methods) past AT_SCALE devices."""
     from legionpy.optimizer import search
 
     monkeypatch.setattr(search, "AT_SCALE", 8)
+    monkeypatch.delenv("LEGIONPY_SYNC", raising=False)
     g, m = _cnn(64), Machine.parse("p100:4x4")
-    rep = search.run_all(g, m, budget_s=2, seed=0, sync="collective")
+    rep = search.run_all(g, m, budget_s=2, seed=0, sync=sync)
     assert set(rep.rows) == set(search.SCALE_METHODS)
     data = rep.rows["data"]["iteration_time_s"]
     assert rep.rows["mcmc"]["iteration_time_s"] <= min(data, rep.rows["hybrid"][

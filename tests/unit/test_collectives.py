@@ -156,3 +156,28 @@ def test_one_sync_setting_reaches_both_halves(monkeypatch):
     monkeypatch.setenv("LEGIONPY_SYNC", "allreduce")
     with pytest.raises(ValueError, match="'allreduce' .LEGIONPY_SYNC=allreduce. is not one of"):
         C.resolve_sync()
+
+
+def test_the_bucket_cap_is_one_setting_for_both_halves(monkeypatch):
+    """LEGIONPY_BUCKET_MB (DDP's bucket_cap_mb) reaches the rule, so the
+    simulator's buckets and the runtime's (nn/sync.py) change together."""
+    from legionpy import models
+    from legionpy.optimizer import Machine, Simulator, Strategy
+
+    mb = 2**20
+    monkeypatch.delenv("LEGIONPY_BUCKET_MB", raising=False)
+    assert C.bucket_bytes() == C.BUCKET_BYTES == 25 * mb
+    assert C.buckets([10 * mb, 10 * mb]) == [[0, 1]]
+    g = models.lenet(batch_size=8).graph
+    m = Machine.parse("p100:1x2")
+    one = Simulator(g, m)
+    one.run(Strategy.data_parallel(g, m))
+    monkeypatch.setenv("LEGIONPY_BUCKET_MB", "0.05")
+    assert C.bucket_bytes() == 0.05 * mb
+    assert C.buckets([10 * mb, 10 * mb]) == [[0], [1]]
+    many = Simulator(g, m)
+    many.run(Strategy.data_parallel(g, m))
+    assert len(one.tg.buckets) == 1 < len(many.tg.buckets)
+    monkeypatch.setenv("LEGIONPY_BUCKET_MB", "zero")
+    with pytest.raises(ValueError, match="LEGIONPY_BUCKET_MB='zero'"):
+        C.bucket_bytes()

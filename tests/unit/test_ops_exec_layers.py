@@ -15,6 +15,7 @@ import itertools
 
 import numpy as np
 import pytest
+from simhelpers import tilings as all_tilings
 
 from legionpy.errors import StrategyError
 from legionpy.ops import kernels as K
@@ -27,25 +28,12 @@ RNG = np.random.default_rng(0)
 
 
 def tilings(op):
-    for deg in _tilings(op):
+    for deg in all_tilings(op):
         try:
             check_tiling(op, deg)
         except StrategyError:
             continue
         yield deg
-
-
-def _tilings(op):
-    nd = len(op.output_shape)
-    yield (1,) * nd
-    for d in op.parallel_dims:
-        for k in (2, 3):
-            if k <= op.output_shape[d]:
-                deg = [1] * nd
-                deg[d] = k
-                yield tuple(deg)
-    deg = tuple(2 if d in op.parallel_dims and op.output_shape[d] >= 2 else 1 for d in range(nd))
-    yield deg
 
 
 def run_tiled(op, xs, ws, dy, degrees, need=None, cache_all=None):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from simhelpers import tilings
 
 from legionpy.errors import GraphError
 from legionpy.ops.execute import Tile, tile_backward, tile_forward
@@ -16,17 +17,6 @@ from legionpy.optimizer import Graph
 
 RNG = np.random.default_rng(27)
 
-
-def tilings(op):
-    nd = len(op.output_shape)
-    yield (1,) * nd
-    for d in op.parallel_dims:
-        for k in (2, 3):
-            if k <= op.output_shape[d]:
-                deg = [1] * nd
-                deg[d] = k
-                yield tuple(deg)
-    yield tuple(2 if d in op.parallel_dims and op.output_shape[d] >= 2 else 1 for d in range(nd))
 
 
 def run_tiled(op, xs, ws, dy, degrees):

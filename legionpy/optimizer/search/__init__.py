@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...collectives import resolve_sync
 from ..costmodel import default_cost_model
 from ..memory import check as check_memory
 from ..memory import format_bytes
@@ -164,8 +165,9 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
     """Run ``methods`` (default :data:`DEFAULT_METHODS`; add ``"exhaustive"``
     for tiny cases, ``"hybrid"`` for the data-across-nodes / tensor-inside
     baseline) and simulate each result. ``sync``: the simulator's gradient
-    sync (docs/seam.md); with ``"collective"`` on more than :data:`AT_SCALE`
-    devices the default methods are :data:`SCALE_METHODS`.
+    sync (docs/seam.md; :func:`legionpy.collectives.resolve_sync`); with
+    ``"collective"`` (the default) on more than :data:`AT_SCALE` devices the
+    default methods are :data:`SCALE_METHODS`.
 
     The budget (issues 18 and 25): the whole call takes about ``budget_s``
     seconds: the searches get what is left of it after scoring the
@@ -181,6 +183,7 @@ def run_all(graph, machine, budget_s: float = 30, seed: int = 0,
     of its starting points. With ``iterations`` MCMC never reads the clock
     (deterministic) and the other methods get no deadline."""
     t0 = time.perf_counter()
+    sync = resolve_sync(sync)
     scale = sync == "collective" and machine.num_devices > AT_SCALE
     chosen = methods is not None
     methods = list(methods or (SCALE_METHODS if scale else DEFAULT_METHODS))
