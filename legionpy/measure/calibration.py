@@ -264,7 +264,7 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
     ``gil_kernel_s``, coordinate descent over the others (``rounds``
     sweeps); the best. Returns ``{"gil_kernel_s", "gil_switch", "wake_s",
     "copy_s", "task_s", "req_task_s", "back_task_s", "loss"}``. Takes
-    10-20 s on 24 rows."""
+    10-20 s on 20 rows."""
     from dataclasses import replace
 
     from ..optimizer.fidelity import simulate_with_runtime
