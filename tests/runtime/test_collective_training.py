@@ -161,3 +161,37 @@ def test_small_buckets_follow_the_cap(monkeypatch):
     same(a, b, "cnn data, 2 KiB buckets")
     buckets = {r["name"].split(".")[0] for r in colls if r["collective"] == "reduce_scatter"}
     assert len(buckets) > 1, buckets
+
+
+@pytest.mark.parametrize("first,then", [("shards", "collective"), ("collective", "shards")])
+def test_a_checkpoint_resumes_under_the_other_sync_mode(tmp_path, first, then):
+    """A checkpoint saved under one sync mode (shards was the default
+    before) resumes under the other: parameters and Adam's state carry
+    over, equal to training straight through."""
+    def compiled(sync):
+        lp.init(cpus=2)
+        m = cnn()
+        m.compile(optimizer=lp.nn.Adam(lr=0.01), strategy="data",
+                  loss="sparse_categorical_crossentropy", sync=sync)
+        return m
+
+    try:
+        m = compiled(first)
+        b = m.batch_size
+        m.fit(X_IMG[:3 * b], Y[:3 * b], epochs=1, verbose=0, shuffle=False)
+        straight = m.parameters()
+    finally:
+        lp.runtime.shutdown()
+    try:
+        m = compiled(first)
+        m.fit(X_IMG[:b], Y[:b], epochs=1, verbose=0, shuffle=False)
+        m.save(str(tmp_path / "ck.npz"))
+    finally:
+        lp.runtime.shutdown()
+    try:
+        m = compiled(then)
+        m.load(str(tmp_path / "ck.npz"))
+        m.fit(X_IMG[b:3 * b], Y[b:3 * b], epochs=1, verbose=0, shuffle=False)
+        same(straight, m.parameters(), f"saved under {first}, resumed under {then}")
+    finally:
+        lp.runtime.shutdown()
