@@ -84,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strategies", default=",".join(STRATEGIES))
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--fits", type=int, default=1,
+                   help="measure each row over this many fit calls and keep the median fit "
+                        "(a fit's lock interleaving sets its whole step time; the spread is "
+                        "printed)")
     p.add_argument("--cost", default="contended",
                    help="contended (default: tile kernels timed with the other devices "
                    "busy), measured (isolated, scaled by the calibrated concurrency "
@@ -180,7 +184,7 @@ def run_regime(regime, args, machine, overhead, sizes, root):
                 spec = random_strategy(g, machine, seed=1)
             r = compare(name, spec, scale="small", sizes=msizes, cost=args.cost,
                         steps=args.steps, warmup=args.warmup, overhead=overhead,
-                        machine=machine)
+                        machine=machine, fits=args.fits)
             r.strategy = sname
             results.append(r)
             if root:
@@ -193,7 +197,9 @@ def run_regime(regime, args, machine, overhead, sizes, root):
                                   "gil_bound_s"))
                       + f" |       {sm.get('measured_control_cpu_s', 0.0) * 1e3:>6.1f} "
                       f"{busy * 1e3:>6.1f} | {r.background_cores or 0:>4.1f} "
-                      f"{r.loaded_time_s * 1e3:>8.2f} {r.loaded_relative_error * 100:>5.1f}%",
+                      f"{r.loaded_time_s * 1e3:>8.2f} {r.loaded_relative_error * 100:>5.1f}%"
+                      + (" | fits " + " ".join(f"{t * 1e3:.2f}" for t in r.measured_fits_s)
+                         if len(r.measured_fits_s) > 1 else ""),
                       flush=True)
     if not root:
         return None

@@ -137,6 +137,16 @@ def test_fidelity_runner_on_a_tiny_model(cache, rt2):
         abs(r.loaded_time_s - r.measured_time_s) / r.measured_time_s)
 
 
+def test_several_fits_keep_the_median_fit(cache, rt2):
+    """compare(fits=3) measures three fit calls on the one compiled model
+    and reports the median one (the others kept, for the spread)."""
+    r = compare(tiny_model(), "data", steps=2, warmup=1, cost="analytic",
+                overhead=RuntimeOverhead(launch_s=1e-5, task_s=1e-5), fits=3)
+    assert len(r.measured_fits_s) == 3 and all(t > 0 for t in r.measured_fits_s)
+    assert r.measured_time_s == sorted(r.measured_fits_s)[1]
+    assert r.measured_time_s == pytest.approx(sum(r.measured_step_times_s) / 2, rel=1e-6)
+
+
 def test_simulate_compare_json(cache, capsys):
     try:
         assert main(["simulate", "lenet", "--machine", "local", "--scale", "small",
