@@ -311,7 +311,8 @@ def install_standins(executor: Any, sim: Any) -> None:
     the runtime sleeps the simulated link time (``sim.cost.copy_time`` on the
     machine's link). A collective (collective sync) lasts at least its
     simulated time (``runtime.collective_standin``). Undo with
-    ``executor.standin = None; runtime.copy_standin = None``."""
+    ``executor.standin = None; runtime.copy_standin = None;
+    runtime.collective_standin = None``."""
     from .taskgraph import COLLECTIVE, COPY
 
     tg = sim.tg
