@@ -40,7 +40,7 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   interpreter lock's hold of a kernel
   (:func:`~legionpy.probe.overhead.measure_lock_hold`), the cores and the
   control threads; :func:`runtime_overhead` caches the result
-  per machine in ``$LEGIONPY_CACHE/overhead-v5-MACHINE.json``.
+  per machine in ``$LEGIONPY_CACHE/overhead-v6-MACHINE.json``.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def calibration_models() -> list[Any]:
 def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
                              cost: Any = "measured", verbose: bool = False,
                              models: Any = None, strategies: Any = CALIBRATION_STRATEGIES,
-                             repeats: int = 2) -> dict[str, Any]:
+                             repeats: int = 4) -> dict[str, Any]:
     """Regress the runtime's per-step, per-task, per-requirement and per-copy
     costs from synthetic models trained through the layer API (module doc).
     Returns the :class:`~legionpy.optimizer.fidelity.RuntimeOverhead` fields
@@ -325,7 +325,7 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
 def _overhead_path(machine_name: str) -> str:
 
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", machine_name)
-    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v5-{safe}.json")
+    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v6-{safe}.json")
 
 
 def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
@@ -372,7 +372,7 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
 def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
                      verbose: bool = False) -> RuntimeOverhead:
     """The runtime's overhead on this machine, cached per machine name in
-    ``$LEGIONPY_CACHE/overhead-v5-NAME.json`` (``overhead-v5-empty-NAME.json``
+    ``$LEGIONPY_CACHE/overhead-v6-NAME.json`` (``overhead-v6-empty-NAME.json``
     for ``source="empty"``); collective under MPI. ``source``: ``"layer"``
     (default, :func:`calibrated_overhead`) or ``"empty"``
     (:func:`measure_runtime_overhead`, empty tasks, no CPU model)."""

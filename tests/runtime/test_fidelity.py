@@ -319,7 +319,7 @@ def _seed_overhead(cache) -> None:
     ovh = RuntimeOverhead(launch_s=2e-5, copy_launch_s=5e-6, task_s=5e-5, step_s=1e-4,
                           cores=2, source="layer-api", machine="local:2")
     os.makedirs(cache, exist_ok=True)
-    (cache / "overhead-v5-local_2.json").write_text(json.dumps(ovh.to_dict()))
+    (cache / "overhead-v6-local_2.json").write_text(json.dumps(ovh.to_dict()))
 
 
 @pytest.mark.parametrize("strategy", ["data", "model"])
