@@ -46,10 +46,10 @@ from typing import Any
 import numpy as np
 
 from .. import collectives as C
-from ..errors import LaunchError, TaskError
+from ..errors import LaunchError
 from .body import PointBody
 from .nccl import NcclComms, NCCLTransport, usable
-from .streams import comm_barrier, in_comm_streams
+from .streams import comm_barrier
 
 __all__ = ["Collective", "CollectiveSpec", "CollectiveBody", "InProcess", "MPITransport",
            "run_collective", "comm_queue", "launch_point"]
@@ -98,8 +98,6 @@ class CollectiveBody(PointBody):
         return b
 
     def _run(self) -> Any:
-        from .gpu import on_array
-
         spec, inst = self.spec, self.inst
         mems = {spec.group[p] for p in spec.local}
         for root, f, acts in self.prologues or ():
@@ -116,11 +114,7 @@ class CollectiveBody(PointBody):
             with _device_of(inst, spec.group[p]):
                 bufs[p] = build_view(inst, region, specs)[specs[0][0]].reshape(-1)
         t0 = time.perf_counter()
-        out = run_collective(spec, bufs)
-        if not in_comm_streams():  # else successors wait on the op's stream events
-            for a in bufs.values():
-                with on_array(a):
-                    _sync(a)
+        out = run_collective(spec, bufs)  # GPUs: successors wait on its streams' events
         _stand_in(spec.name, t0)
         return out
 
@@ -146,31 +140,13 @@ def _device_of(inst: Any, mem: int) -> Any:
     return backend().Device(k)
 
 
-def _ordered(bufs: dict[int, Any]) -> None:
-    """Every position's earlier work before any reads it: on the collective's
-    streams a barrier between them (runtime/streams.py), else each device
-    synchronised."""
-    if in_comm_streams():
-        comm_barrier()
-        return
-    for a in bufs.values():
-        _sync(a)
-
-
-def _sync(a: Any) -> None:
-    from .gpu import backend, is_gpu
-
-    if is_gpu(a):
-        backend().Device(a.device.id).synchronize()
-
-
 def run_collective(spec: CollectiveSpec, bufs: dict[int, Any]) -> list[dict]:
     """Run ``spec`` on the local positions' flat buffers ``bufs`` ({position:
     1-D array}); the transport is MPI when ``spec.comm`` is set."""
     if len(spec.group) < 2:
         return []
     if usable(spec, bufs):
-        _ordered(bufs)  # the prologues' folds (each position's stream) first
+        comm_barrier()  # the prologues' folds (each position's stream) first
         events = NCCLTransport.run(spec, bufs)
         if events is not None:
             _finish(spec, bufs, C.chunk_bounds(len(next(iter(bufs.values()))), len(spec.group)))
@@ -196,7 +172,7 @@ class InProcess:
         events: list[dict] = []
         gpu = any(is_gpu(a) for a in bufs.values())
         if gpu:  # the prologues' folds (each position's stream) before any peer reads
-            _ordered(bufs)
+            comm_barrier()
         for rnd in C.rounds(steps):  # a round's messages are read before any is applied
             msgs = []
             for s in rnd:
@@ -214,11 +190,9 @@ class InProcess:
                             dst[lo:hi] += data
                         else:
                             dst[lo:hi] = data
-                if gpu and not in_comm_streams():  # (else the barrier below)
-                    _sync(dst)  # a round's results before the next round's peer copies
                 events.append({"src": s.src, "dst": s.dst, "bytes": s.nbytes,
                                "start": t0, "end": time.perf_counter()})
-            if gpu and in_comm_streams():
+            if gpu:  # a round's results before the next round's peer copies read them
                 comm_barrier()
         _finish(spec, bufs, bounds)
         return events
@@ -330,17 +304,11 @@ def counts_of(ranges: list, c: int) -> tuple[list[int], list[int]]:
 
 
 def _wait(cl: Any, req: Any, spec: CollectiveSpec, comm: Any) -> None:
-    ranks = comm.Get_group().Translate_ranks(list(range(comm.Get_size())),
-                                             cl.world.Get_group())
-    try:
-        cl.wait([req], lambda: f"the other ranks {[r for r in ranks if r != cl.rank]} in "
-                               f"collective {spec.name} ({spec.kind} over devices "
-                               f"{list(spec.group)}, {spec.algorithm}, {spec.nbytes:.0f} bytes)")
-    except TaskError as exc:
-        text = (f"collective {spec.name} ({spec.kind} over devices {list(spec.group)}) on "
-                f"rank {cl.rank}: {exc}")
-        cl.report_failure(text)  # every rank prints it; the job ends after the grace
-        raise TaskError(text) from exc
+    others = cl.others(comm)
+    cl.wait_or_report([req], lambda: f"the other ranks {others} in collective {spec.name} "
+                                      f"({spec.kind} over devices {list(spec.group)}, "
+                                      f"{spec.algorithm}, {spec.nbytes:.0f} bytes)",
+                      f"collective {spec.name} ({spec.kind} over devices {list(spec.group)})")
 
 
 class Communicators:
@@ -364,14 +332,11 @@ class Communicators:
                 return None
             if len(ranks) == cl.size:
                 comm, req = cl.world.Idup()
-                try:
-                    cl.wait([req], lambda: f"ranks {[r for r in ranks if r != cl.rank]} to "
-                                           f"make the communicator of collective {spec.name} "
-                                           f"(devices {list(spec.group)})")
-                except TaskError as exc:
-                    cl.report_failure(f"collective {spec.name} ({spec.kind} over devices "
-                                      f"{list(spec.group)}) on rank {cl.rank}: {exc}")
-                    raise
+                cl.wait_or_report([req], lambda: f"ranks {[r for r in ranks if r != cl.rank]} "
+                                                 f"to make the communicator of collective "
+                                                 f"{spec.name} (devices {list(spec.group)})",
+                                  f"collective {spec.name} ({spec.kind} over devices "
+                                  f"{list(spec.group)})")
             else:
                 grp = cl.world.Get_group().Incl(list(ranks))
                 comm = cl.world.Create_group(grp, tag=hash(ranks) % 30000)
@@ -439,7 +404,7 @@ def _bind(rt: Any, spec: CollectiveSpec) -> None:
     group = spec.group
     comms = rt.__dict__.get("_nccl")
     if comms is None:
-        comms = rt._nccl = NcclComms(rt.repl.cl if rt.repl is not None else None)
+        comms = rt._nccl = NcclComms()
     spec.nccl = comms
     if rt.repl is None:
         spec.local = tuple(range(len(group)))

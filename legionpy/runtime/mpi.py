@@ -207,6 +207,27 @@ class Cluster:
             time.sleep(nap)
             nap = min(nap * 2, 1e-3)
 
+    def others(self, comm: Any) -> list[int]:
+        """The world ranks of ``comm``'s members other than this one."""
+        ranks = comm.Get_group().Translate_ranks(list(range(comm.Get_size())),
+                                                 self.world.Get_group())
+        return [r for r in ranks if r != self.rank]
+
+    def wait_or_report(self, reqs: list, what: Callable[[], str], failure: str,
+                       test: Callable[[], bool] | None = None,
+                       abort: Callable[[], None] | None = None) -> None:
+        """:meth:`wait`; when it fails, ``abort()`` (e.g. an NCCL
+        communicator), then report ``"<failure>: <why>"`` to every rank (the
+        job ends after the grace) and raise it: a collective's wait."""
+        try:
+            self.wait(reqs, what, test=test)
+        except TaskError as exc:
+            if abort is not None:
+                abort()
+            text = f"{failure} on rank {self.rank}: {exc}"
+            self.report_failure(text)
+            raise TaskError(text) from exc
+
     def recv_obj(self, comm: Any, source: int, tag: int, what: Callable[[], str]) -> Any:
         """A pickled message, polled (Iprobe) so it times out instead of hanging."""
         t0 = time.perf_counter()

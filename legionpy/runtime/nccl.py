@@ -26,11 +26,14 @@ In place, as NCCL allows: the reduce-scatter's receive buffer is chunk
 ``p`` too; after a reduce-scatter the rest of the buffer is zeroed (as the
 other transports leave it: the next step's gradients accumulate from zero).
 
-Faults: the calls are enqueued on a stream per device; the transport then
-polls their completion with the MPI job's deadline (``LEGIONPY_MPI_TIMEOUT``)
-and its failure flag, so a rank that died inside a collective aborts the
-communicators (``ncclCommAbort``) and ends the job with an error naming
-the collective and the ranks it waited for, never a hang.
+Streams and faults: the calls are enqueued on the collective's own stream
+per GPU (runtime/streams.py), whose events its successors wait on. Across
+processes the transport also polls their completion with the MPI job's
+deadline (``LEGIONPY_MPI_TIMEOUT``) and its failure flag
+(``Cluster.wait_or_report``, as the MPI transport waits), so a rank that
+died inside a collective aborts the communicators (``ncclCommAbort``) and
+ends the job with an error naming the collective and the ranks it waited
+for, never a hang.
 """
 
 from __future__ import annotations
@@ -42,7 +45,6 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import TaskError
 from .streams import comm_stream_of
 
 __all__ = ["usable", "NCCLTransport", "NcclComms", "CupyNccl", "UID_BYTES"]
@@ -71,22 +73,10 @@ def usable(spec: Any, bufs: dict[int, Any]) -> bool:
 
 
 class NcclComms:
-    """The NCCL communicators of this process, one per group (cached). ``cl``:
-    the MPI cluster (None in one process)."""
+    """The NCCL communicators of this process, one per group (cached)."""
 
-    def __init__(self, cl: Any = None) -> None:
-        self.cl = cl
-        self.cache: dict[tuple, dict[int, Any]] = {}
-        self.streams: dict[int, Any] = {}
-
-    def stream(self, k: int) -> Any:
-        """The stream NCCL calls run on for GPU ``k`` (one per device)."""
-        from .gpu import backend
-
-        s = self.streams.get(k)
-        if s is None:
-            s = self.streams[k] = backend().Stream(k, "nccl")
-        return s
+    def __init__(self) -> None:
+        self.cache: dict[tuple, dict[int, Any] | None] = {}
 
     def get(self, spec: Any, devs: dict[int, int]) -> dict[int, Any] | None:
         """{position: communicator} of this process's positions of
@@ -117,8 +107,7 @@ class NcclComms:
                 buf[:4] = np.frombuffer(len(raw).to_bytes(4, "little"), np.uint8)
                 buf[4:4 + len(raw)] = np.frombuffer(raw, np.uint8)
             req = mpi_comm.Ibcast(buf, root=0)
-            _wait_for(cl, req.Test, spec,
-                      f"the unique id of the NCCL communicator of {spec.name}")
+            _wait_for(spec, f"the unique id of the NCCL communicator of {spec.name}", req.Test)
             size = int.from_bytes(buf[:4].tobytes(), "little")
             uid = pickle.loads(buf[4:4 + size].tobytes())
             nccl.group_start()
@@ -139,43 +128,22 @@ def _shared_gpu(spec: Any, devs: dict[int, int]) -> bool:
 
     from mpi4py import MPI
 
-    mpi_comm, _, cl = spec.comm
+    mpi_comm = spec.comm[0]
     host = zlib.crc32(socket.gethostname().encode()) & 0x7FFFFFFF
     mine = np.full(len(spec.group), -1, np.int64)
     for p, k in devs.items():
         mine[p] = host * 4096 + k
     every = np.empty_like(mine)
     req = mpi_comm.Iallreduce(mine, every, op=MPI.MAX)
-    _wait_for(cl, req.Test, spec, f"the GPUs of the group of {spec.name}")
+    _wait_for(spec, f"the GPUs of the group of {spec.name}", req.Test)
     return len(set(every.tolist())) < len(spec.group)
 
 
-def _others(spec: Any) -> str:
-    """"the other ranks [..]" of the group's MPI communicator (world ranks)."""
-    if spec.comm is None:
-        return "the group's devices"
-    comm, _, cl = spec.comm
-    ranks = comm.Get_group().Translate_ranks(list(range(comm.Get_size())),
-                                             cl.world.Get_group())
-    return f"the other ranks {[r for r in ranks if r != cl.rank]}"
-
-
-def _wait_for(cl: Any, test: Any, spec: Any, what: str, abort: Any = None) -> None:
-    """Poll ``test()`` until true; under MPI with the cluster's deadline and
-    failure flag (an error naming the collective, after ``abort()``)."""
-    if cl is None:
-        while not test():
-            time.sleep(1e-5)
-        return
-    try:
-        cl.wait([], lambda: what, test=test)
-    except TaskError as exc:
-        if abort is not None:
-            abort()
-        text = (f"collective {spec.name} ({spec.kind} over devices {list(spec.group)}, NCCL) "
-                f"on rank {cl.rank}: {exc}")
-        cl.report_failure(text)
-        raise TaskError(text) from exc
+def _wait_for(spec: Any, what: str, test: Any, abort: Any = None) -> None:
+    """Across processes: poll ``test()`` with the job's deadline and failure
+    flag; on failure an error naming the collective (after ``abort()``)."""
+    spec.comm[2].wait_or_report([], lambda: what, f"collective {spec.name} ({spec.kind} over "
+                                f"devices {list(spec.group)}, NCCL)", test=test, abort=abort)
 
 
 class NCCLTransport:
@@ -200,23 +168,21 @@ class NCCLTransport:
         comms = comms_of.get(spec, devs)
         if comms is None:
             return None
-        # the collective's own streams (runtime/streams.py: what follows waits
-        # on their events), else one NCCL stream per GPU and the host waits
-        own = {p: comm_stream_of(spec.group[p]) for p in bufs}
-        on_own = all(s is not None for s in own.values())
-        streams = own if on_own else {p: comms_of.stream(devs[p]) for p in bufs}
+        # the collective's own streams (runtime/streams.py): successors wait on
+        # their events; a GPU collective runs nowhere else
+        streams = {p: comm_stream_of(spec.group[p]) for p in bufs}
+        if any(s is None for s in streams.values()):
+            raise RuntimeError(f"NCCL collective {spec.name} outside its communicator's "
+                               "streams (runtime/streams.py Streams._collective)")
         t0 = time.perf_counter()
         work = nccl.launch(spec.kind, {p: comms[p] for p in bufs}, bufs, c, streams)
-        cl = spec.comm[2] if spec.comm is not None else None
-        if cl is not None or not on_own:  # across processes: a dead peer must not hang
-            _wait_for(cl, work.done, spec,
-                      f"{_others(spec)} in NCCL collective {spec.name} ({spec.kind} over "
-                      f"devices {list(spec.group)}, {spec.nbytes:.0f} bytes)", abort=work.abort)
+        if spec.comm is not None:  # across processes: a dead peer must not hang
+            others = spec.comm[2].others(spec.comm[0])
+            _wait_for(spec, f"the other ranks {others} in NCCL collective {spec.name} "
+                            f"({spec.kind} over devices {list(spec.group)}, "
+                            f"{spec.nbytes:.0f} bytes)", work.done, abort=work.abort)
         else:
-            work.done()  # enqueued on the streams; successors wait on their events
-        if not on_own:
-            for s in streams.values():  # the host (and what follows) after it
-                s.synchronize()
+            work.done()  # enqueued on the streams (the emulation applies it here)
         return [{"src": spec.group[min(bufs)], "dst": None, "bytes": spec.nbytes, "start": t0,
                  "end": time.perf_counter(), "nccl": spec.kind}]
 

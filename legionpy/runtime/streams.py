@@ -69,8 +69,7 @@ from ..errors import MachineError
 from . import gpu
 from .scheduler import Op
 
-__all__ = ["Streams", "BufferPool", "active", "device_work", "comm_barrier", "in_comm_streams",
-           "comm_stream_of"]
+__all__ = ["Streams", "BufferPool", "active", "device_work", "comm_barrier", "comm_stream_of"]
 
 _tls = threading.local()  # ``op``: the queue-less op whose body runs in this thread
 _MISS = object()
@@ -407,11 +406,6 @@ def comm_barrier() -> None:
     got = getattr(_tls, "comm", None)
     if got is not None:
         got[0].barrier(got[1])
-
-
-def in_comm_streams() -> bool:
-    """Whether this thread runs a collective's body on its GPU streams."""
-    return getattr(_tls, "comm", None) is not None
 
 
 def comm_stream_of(device: int) -> Any:
