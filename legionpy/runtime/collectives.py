@@ -145,8 +145,7 @@ def run_collective(spec: CollectiveSpec, bufs: dict[int, Any]) -> list[dict]:
     1-D array}); the transport is MPI when ``spec.comm`` is set."""
     if len(spec.group) < 2:
         return []
-    if usable(spec, bufs):
-        comm_barrier()  # the prologues' folds (each position's stream) first
+    if usable(spec, bufs):  # each GPU's call on the stream its prologue ran on: ordered
         events = NCCLTransport.run(spec, bufs)
         if events is not None:
             _finish(spec, bufs, C.chunk_bounds(len(next(iter(bufs.values()))), len(spec.group)))
