@@ -50,7 +50,7 @@ from typing import NamedTuple
 from .errors import StrategyError
 
 __all__ = ["SYNC_MODES", "DEFAULT_SYNC", "resolve_sync", "BUCKET_BYTES", "KINDS", "ALGORITHMS",
-           "Step", "Phase", "Collective",
+           "Step", "Phase", "Collective", "parameter_buckets",
            "buckets", "bucket_groups", "chunk_bounds", "padded", "hierarchical_shape", "steps",
            "phases", "collective_time", "choose_algorithm", "algorithms_for", "apply_steps",
            "round_time", "round_classes", "cost_plan", "plan_time", "plan_bytes"]
@@ -177,6 +177,21 @@ def buckets(sizes: Sequence[float], cap: float | None = None,
             out.append([i])
             fill = s
     return out
+
+
+def parameter_buckets(params: Sequence[object]) -> list[list[int]]:
+    """The buckets of a graph's parameters (``params`` in first-use order,
+    each with ``shape`` and ``dtype``) as lists of their indices: packed by
+    :func:`buckets` in reverse first-use order (the order backward produces
+    their gradients), one dtype per bucket. The simulator's task graph and
+    the runtime's collective sync (nn/sync.py) both take theirs from here."""
+    import numpy as np
+
+    rev = list(reversed(params))
+    sizes = [float(np.prod(p.shape) * np.dtype(p.dtype).itemsize) for p in rev]
+    kinds = [np.dtype(p.dtype).str for p in rev]
+    last = len(params) - 1
+    return [[last - i for i in bk] for bk in buckets(sizes, kinds=kinds)]
 
 
 def bucket_groups(tiles: Sequence[tuple[object, Sequence[int], float]]

@@ -76,10 +76,7 @@ class CollectiveSync:
         graph = ex.graph
         params = list(graph.parameters().values())
         tiles = weight_tiles(graph, strategy)
-        sizes = [float(np.prod(p.shape) * np.dtype(p.dtype).itemsize) for p in reversed(params)]
-        W = len(params)
-        dts = [np.dtype(p.dtype).str for p in reversed(params)]
-        self.buckets = [[W - 1 - i for i in bk] for bk in C.buckets(sizes, kinds=dts)]
+        self.buckets = C.parameter_buckets(params)
         self.groups: list[Group] = []
         self.regions: list[Region] = []  # per bucket: the rows (w, g)
         self.states: list[Region | None] = []  # per bucket: the optimizer state's chunks

@@ -264,12 +264,8 @@ class TaskGraph:
         self.cons_ops = [sorted({c for c, _ in cs}) for cs in self.consumers]
         self.P = len(ops)
         #: gradient buckets (collective sync): parameter indices, reverse
-        #: first-use order, packed by :func:`legionpy.collectives.buckets`
-        sizes = [float(np.prod(p.shape) * np.dtype(p.dtype).itemsize)
-                 for p in reversed(self.params)]
-        W = len(self.params)
-        dts = [np.dtype(p.dtype).str for p in reversed(self.params)]
-        self.buckets = [[W - 1 - i for i in bk] for bk in collectives.buckets(sizes, kinds=dts)]
+        #: first-use order, packed by :func:`legionpy.collectives.parameter_buckets`
+        self.buckets = collectives.parameter_buckets(self.params)
         self.bucket_of = {w: b for b, ws in enumerate(self.buckets) for w in ws}
         #: ``(op index, pname)`` of every user of every parameter of a bucket
         self.bucket_uses = [[u for w in ws for u in self.users[w]] for ws in self.buckets]

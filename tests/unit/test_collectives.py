@@ -132,6 +132,14 @@ def test_buckets_and_groups():
     assert C.buckets([]) == []
     # a flat buffer has one element type: a change of dtype starts a bucket
     assert C.buckets([mb, mb, mb, mb], kinds=["<f4", "<f4", "<f2", "<f4"]) == [[0, 1], [2], [3]]
+
+    class P:  # a parameter: shape and dtype
+        def __init__(self, shape, dtype="float32"):
+            self.shape, self.dtype = shape, dtype
+
+    # first-use order in, reverse first-use packing out, as parameter indices
+    ps = [P((1024, 1024, 2)), P((1024, 1024, 2)), P((2,), "float16"), P((10,))]
+    assert C.parameter_buckets(ps) == [[3], [2], [1, 0]]
     tiles = [("a", (1, 0), 8.0), ("b", (2,), 4.0), ("c", (0, 1), 16.0)]
     assert C.bucket_groups(tiles) == [((0, 1), [0, 2], 24.0), ((2,), [1], 4.0)]
     assert C.chunk_bounds(10, 4) == [(0, 3), (3, 6), (6, 9), (9, 12)]
