@@ -500,8 +500,18 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list, req
 
 def _processes(tasks: list[dict], control_threads: int) -> dict[str, int]:
     """Device name -> the process (rank) it lives in: devices are numbered
-    rank-major (runtime/devices.py), ``control_threads`` ranks on this host."""
-    names = sorted({t["device"] for t in tasks if t["kind"] != "copy"},
+    rank-major (runtime/devices.py), ``control_threads`` ranks on this host.
+    Only devices count: a communicator (``comm:0-1``, a collective's
+    resource) is not one, and counting it put both ranks' devices of a
+    two-rank job in one process (its lock serialised them).
+
+    >>> _processes([{"device": "cpu0", "kind": "compute"}, {"device": "cpu1", "kind": "compute"},
+    ...             {"device": "comm:0-1", "kind": "collective"}], 2)
+    {'cpu0': 0, 'cpu1': 1}
+    """
+    names = sorted({t["device"] for t in tasks
+                    if t["kind"] not in ("copy", "collective") and "->" not in t["device"]
+                    and not t["device"].startswith("comm:")},
                    key=lambda d: (len(re.sub(r"\D", "", d)), re.sub(r"\D", "", d), d))
     per = max(1, -(-len(names) // max(1, control_threads)))
     return {d: k // per for k, d in enumerate(names)}

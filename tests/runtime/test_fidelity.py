@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+from dataclasses import replace
 
 import legionpy as lp
 import legionpy.runtime as lr
@@ -233,6 +234,28 @@ def test_cpu_and_interpreter_bounds_by_hand():
     # kernels stretched by the measured concurrency factor (no graph: the GEMM's)
     r = simulate_with_runtime(tg, RuntimeOverhead(kernel_scale=2.0), None)
     assert r["iteration_time_s"] == pytest.approx(3.0)
+
+
+def test_two_ranks_with_a_collective_run_their_devices_in_parallel_by_hand():
+    # mpirun -n 2: one device per rank, then an all-reduce on communicator
+    # comm:0-1. Each rank has its own interpreter lock, so the two devices'
+    # all-Python tasks overlap; the communicator is not a device (counting it
+    # once put both devices in one process, whose lock serialised them)
+    tg = {"tasks": [{"id": 0, "name": "B:x[0]", "kind": "compute", "device": "cpu0",
+                     "duration_s": 1.0, "bytes": 0},
+                    {"id": 1, "name": "B:x[1]", "kind": "compute", "device": "cpu1",
+                     "duration_s": 1.0, "bytes": 0},
+                    {"id": 2, "name": "AR:b0.0", "kind": "collective", "device": "comm:0-1",
+                     "duration_s": 0.1, "bytes": 8}],
+          "deps": [[0, 2], [1, 2]]}
+    ovh = RuntimeOverhead(cores=2, control_threads=2, gil_kernel_s=10.0, launch_s=0.0,
+                          task_s=0.0)
+    r = simulate_with_runtime(tg, ovh, None, pipelined=True)
+    assert r["task_end_s"][0] == pytest.approx(1.0) and r["task_end_s"][1] == pytest.approx(1.0)
+    assert r["iteration_time_s"] == pytest.approx(1.1)
+    # the same two devices in ONE process share its lock: one after the other
+    one = simulate_with_runtime(tg, replace(ovh, control_threads=1), None, pipelined=True)
+    assert one["iteration_time_s"] == pytest.approx(2.1)
 
 
 def test_background_load_leaves_fewer_cores_by_hand():
