@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from .. import nn
+from ..affinity import binding
 from ..mapper.resolve import resolve_strategy
 from ..models.rnn import embed_tokens, lstm_stack
 from ..optimizer.calibration import local_cores, nnls, task_counts
@@ -352,7 +353,9 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     ranks = 1 + max((d.rank for d in rt.devices), default=0)
     ranks = max(ranks, int(getattr(rt, "size", 1) or 1))
     cores = bcast_root(local_cores())
-    ovh = RuntimeOverhead(kernel_scale=conc["kernel_scale"],
+    # ranks bound to their own cores (legionpy/affinity.py): rank 0's word
+    bound = bcast_root(binding() is not None) and ranks > 1
+    ovh = RuntimeOverhead(bound=bound, kernel_scale=conc["kernel_scale"],
                           kernel_scale_mem=conc["kernel_scale_mem"],
                           intensity_compute=conc["intensity_compute"],
                           intensity_mem=conc["intensity_mem"], cores=cores,
@@ -372,14 +375,18 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
 def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
                      verbose: bool = False) -> RuntimeOverhead:
     """The runtime's overhead on this machine, cached per machine name in
-    ``$LEGIONPY_CACHE/overhead-v7-NAME.json`` (``overhead-v7-empty-NAME.json``
+    ``$LEGIONPY_CACHE/overhead-v7-NAME[-bound].json`` (``-bound``: the ranks
+    were bound to their cores, legionpy/affinity.py; ``overhead-v7-empty-NAME.json``
     for ``source="empty"``); collective under MPI. ``source``: ``"layer"``
     (default, :func:`calibrated_overhead`) or ``"empty"``
     (:func:`measure_runtime_overhead`, empty tasks, no CPU model)."""
 
     if source not in ("layer", "empty"):
         raise ValueError(f"runtime_overhead: source {source!r} is not 'layer' or 'empty'")
-    path = _overhead_path(machine.name if source == "layer" else f"empty-{machine.name}")
+    # ranks bound to their own cores run differently: their own figures
+    bound = "-bound" if bcast_root(binding() is not None) else ""
+    path = _overhead_path(machine.name + bound if source == "layer"
+                          else f"empty-{machine.name}")
     have = None
     if not refresh and os.path.exists(path):
         try:

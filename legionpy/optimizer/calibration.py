@@ -13,8 +13,9 @@ graph; this module holds what that needs below ``nn``:
   runtime): the factor by which the simulator's isolated kernel timings are
   stretched when devices share the machine's cores;
 * **cores** (:func:`local_cores`): ``len(os.sched_getaffinity(0))`` (else
-  ``os.cpu_count()``). On a CPU machine the control threads and the device
-  workers run on the same cores, so the iteration is also bounded below by
+  ``os.cpu_count()``; an MPI rank bound to its share of the node counts
+  the node's, legionpy/affinity.py). On a CPU machine the control threads
+  and the device workers run on the same cores, so the iteration is also bounded below by
   ``(sum of device busy + control_threads * control) / cores``;
 * :class:`ContendedCostModel`: tile kernels timed with the other devices busy.
 
@@ -31,15 +32,16 @@ from typing import Any
 
 import numpy as np
 
+from ..affinity import node_cores, unbound
+
 __all__ = ["task_counts", "nnls", "local_cores", "ContendedCostModel", "time_contended"]
 
 
 def local_cores() -> int:
-    """CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+    """CPU cores the job may run on on this node: the process's own, or,
+    once an MPI rank was bound to its share of them, what it had before
+    (:func:`legionpy.affinity.node_cores`)."""
+    return node_cores()
 
 
 def task_counts(taskgraph: dict, graph: Any, update_fields: int = 2) -> dict[str, int]:
@@ -109,7 +111,10 @@ def time_contended(fn: Any, concurrency: int, warmup: int = 2, repeats: int = 5)
     ``warmup`` runs, one BLAS thread) while ``concurrency - 1`` helper threads
     call ``fn`` in a loop: what the kernel costs when the other devices share
     the memory system, without the time spent waiting for a core or for the
-    interpreter lock (the model's CPU and interpreter bounds count those)."""
+    interpreter lock (the model's CPU and interpreter bounds count those).
+    Runs on every core of the process's node share (an MPI rank bound to
+    one core would otherwise time its helpers' turns, not the memory system
+    the devices share: :func:`legionpy.affinity.unbound`)."""
     from threadpoolctl import threadpool_limits
 
     from .costmodel import MeasuredCostModel
@@ -121,7 +126,7 @@ def time_contended(fn: Any, concurrency: int, warmup: int = 2, repeats: int = 5)
             fn()
 
     helpers = [threading.Thread(target=helper, daemon=True) for _ in range(concurrency - 1)]
-    with threadpool_limits(1):
+    with unbound(), threadpool_limits(1):
         for h in helpers:
             h.start()
         try:

@@ -82,6 +82,7 @@ of strategies in ``bench/fidelity.py``.
 from __future__ import annotations
 
 import heapq
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -89,6 +90,7 @@ from typing import Any
 
 import numpy as np
 
+from ..affinity import core_blocks
 from .breakdown import breakdown, sim_timeline
 
 __all__ = ["RuntimeOverhead", "simulate_with_runtime", "simulate_strategy", "kendall_tau",
@@ -180,6 +182,10 @@ class RuntimeOverhead:
     #: longest keeps it while it has work: the convoy) or ``"fair"`` (max-min
     #: fair shares), :mod:`.sharing`
     gil_order: str = "fcfs"
+    #: each rank bound to its own block of the ``cores`` (legionpy/affinity.py,
+    #: as the runtime binds the ranks of an MPI job): a process's threads share
+    #: its block, not every core of the node
+    bound: bool = False
     #: "layer-api" (calibrated on synthetic models) or "empty-tasks"
     source: str = "empty-tasks"
     machine: str = ""
@@ -461,13 +467,15 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list, req
     n = len(tasks)
     proc = _processes(tasks, overhead.control_threads)
     g = overhead.gil_kernel_s or 0.0
-    procs, python, weight = [], [], []
+    procs, python, weight, spread = [], [], [], []
     for i, t in enumerate(tasks):
         procs.append(_process_of(t["device"], proc))
         weight.append(1.0)
+        spread.append(())
         if t["kind"] == "copy" and "->" in t["device"]:
             dst = proc.get(t["device"].split("->")[1].split("/")[0], procs[-1])
             if dst != procs[-1]:
+                spread[-1] = (procs[-1], dst)
                 # between two processes: both ranks' link threads wait on the
                 # transfer (spinning with time.sleep(0), then napping:
                 # runtime/mpi.py Cluster.wait), using cores, and giving the
@@ -480,6 +488,7 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list, req
             spans = {_process_of(f"comm:{k}", proc) for k in _comm_members(t["device"])}
             if len(spans) > 1:  # every member rank's thread waits on it, as a copy's two
                 weight[-1] = float(len(spans))
+                spread[-1] = tuple(sorted(spans))
                 python.append(min(1.0, min(dur[i], g) / dur[i]) if dur[i] > 0 else 0.0)
                 continue
         if t["kind"] == "copy":
@@ -494,8 +503,26 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list, req
                        cores=overhead.cores, switch=overhead.gil_switch,
                        control=[clock] * ranks, weight=weight, wake=overhead.wake_s,
                        fair=overhead.gil_order == "fair",
-                       yields=[w > 1 for w in weight])
+                       yields=[w > 1 for w in weight], spread=spread,
+                       core_groups=_core_groups(overhead) if overhead.bound else None)
     return r["end"], r["start"], r["admit"], max(r["control_end"], default=0.0)
+
+
+def _core_groups(overhead: RuntimeOverhead) -> dict[int, tuple[int, float]]:
+    """Process -> (its block of cores, the block's cores) for ranks bound as
+    the runtime binds them (:func:`legionpy.affinity.core_blocks`); a loaded
+    machine's fractional ``cores`` scale every block alike.
+
+    >>> _core_groups(RuntimeOverhead(cores=2, control_threads=2, bound=True))
+    {0: (0, 1.0), 1: (1, 1.0)}
+    >>> _core_groups(RuntimeOverhead(cores=2, control_threads=4, bound=True))
+    {0: (0, 1.0), 1: (1, 1.0), 2: (0, 1.0), 3: (1, 1.0)}
+    """
+    whole = max(1, math.ceil(overhead.cores - 1e-9))
+    scale = overhead.cores / whole
+    blocks = core_blocks(range(whole), max(1, overhead.control_threads))
+    ids: dict[tuple[int, ...], int] = {}
+    return {p: (ids.setdefault(b, len(ids)), len(b) * scale) for p, b in enumerate(blocks)}
 
 
 def _processes(tasks: list[dict], control_threads: int) -> dict[str, int]:

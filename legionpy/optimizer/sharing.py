@@ -75,7 +75,8 @@ _EPS = 1e-15
 
 
 def share_rates(threads: Sequence[tuple], cores: float,
-                switch: float = 0.0, fair: bool = True) -> list[float]:
+                switch: float = 0.0, fair: bool = True,
+                core_groups: dict[int, tuple[int, float]] | None = None) -> list[float]:
     """Progress rates of running threads ``(process, python fraction[,
     cores used[, yields]])`` (module doc; ``yields``: the thread gives the
     lock up at once whenever another wants it -- a copy or collective
@@ -102,6 +103,18 @@ def share_rates(threads: Sequence[tuple], cores: float,
     >>> [round(v, 6) for v in share_rates([(0, 0.25), (0, 1.0)], cores=0, switch=0.25,
     ...                                    fair=False)]
     [0.8, 0.6]
+
+    ``core_groups``: processes bound to cores (legionpy/affinity.py),
+    process -> (its group of cores, the group's cores); the threads of a
+    group's processes share only its cores, and a thread that keeps ranks
+    of several processes busy (a copy or collective between ranks, listed in
+    its optional fifth element) uses one core of each of their groups.
+    Three free threads: two of process 0 on its one core, one of process 1
+    on its own:
+
+    >>> share_rates([(0, 0.0), (0, 0.0), (1, 0.0)], cores=2,
+    ...             core_groups={0: (0, 1.0), 1: (1, 1.0)})
+    [0.5, 0.5, 1.0]
     """
     x = [1.0] * len(threads)
     by_proc: dict[int, list[int]] = {}
@@ -138,7 +151,9 @@ def share_rates(threads: Sequence[tuple], cores: float,
         for k, j in enumerate(js):
             if need[k] > lam:
                 x[j] = lam / need[k]
-    if cores > 0:
+    if cores > 0 and core_groups:
+        _share_groups(threads, x, core_groups)
+    elif cores > 0:
         tot = sum(v * (th[2] if len(th) > 2 else 1.0) for v, th in zip(x, threads))
         if tot > cores:
             f = cores / tot
@@ -148,12 +163,41 @@ def share_rates(threads: Sequence[tuple], cores: float,
     return x
 
 
+def _share_groups(threads: Sequence[tuple], x: list[float],
+                  core_groups: dict[int, tuple[int, float]]) -> None:
+    """Scale ``x`` in place so no group of cores is asked for more than it
+    has (:func:`share_rates`' ``core_groups``); a thread spanning groups
+    takes the smallest of their factors."""
+    def spans(th: tuple) -> tuple:
+        procs = th[4] if len(th) > 4 and th[4] else (th[0],)
+        # the thread's cores, one per process it keeps busy (default: all its own)
+        each = 1.0 if len(procs) > 1 else (th[2] if len(th) > 2 else 1.0)
+        return tuple((core_groups.get(p, (p, 1.0))[0], each) for p in procs)
+
+    load: dict[int, float] = {}
+    used = []
+    for v, th in zip(x, threads):
+        sp = spans(th)
+        used.append(sp)
+        for g, c in sp:
+            load[g] = load.get(g, 0.0) + v * c
+    cap = {g: c for g, c in core_groups.values()}
+    factor = {g: min(1.0, cap.get(g, 1.0) / tot) if tot > 0 else 1.0
+              for g, tot in load.items()}
+    for j, (th, sp) in enumerate(zip(threads, used)):
+        # a thread using no core and no lock (waking up) keeps its pace
+        if th[1] > 0 or len(th) < 3 or th[2] > 0:
+            x[j] *= min((factor[g] for g, _ in sp), default=1.0)
+
+
 def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float],
                    python: Sequence[float], ready: Sequence[float],
                    succs: Sequence[Sequence[int]], cores: float = 0.0, switch: float = 0.0,
                    control: Sequence[float] = (), weight: Sequence[float] | None = None,
                    wake: float = 0.0, fair: bool = True,
-                   yields: Sequence[bool] | None = None) -> dict:
+                   yields: Sequence[bool] | None = None,
+                   spread: Sequence[tuple[int, ...]] | None = None,
+                   core_groups: dict[int, tuple[int, float]] | None = None) -> dict:
     """Schedule tasks on FIFO resources under processor sharing (module doc).
 
     ``res[i]``: task i's resource (a thread), ``proc[i]``: its process,
@@ -170,7 +214,10 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
     starts as the previous one ends. ``fair`` False: the lock goes first
     come, first served (:func:`share_rates`), a thread keeping its seniority
     while it has work queued. ``yields[i]``: task i's thread gives the lock
-    up whenever another wants it (:func:`share_rates`). Returns ``{"start", "end"}`` per task
+    up whenever another wants it (:func:`share_rates`). ``core_groups``:
+    the processes' cores when each is bound to its own (:func:`share_rates`);
+    ``spread[i]``: the processes whose cores task i keeps busy (a copy or
+    collective between ranks; default its own). Returns ``{"start", "end"}`` per task
     (``start``: when its work begins -- after any wake-up, and once it gets
     a share of its lock), ``"admit"`` (when it got its resource) and
     ``"control_end"`` per process.
@@ -187,7 +234,8 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
     start = [0.0] * n
     admit = [0.0] * n  # when the task got its resource (before any wake-up)
     end = [0.0] * n
-    # running threads: key -> [remaining work, process, python fraction, task id or -1 - p]
+    # running threads: key -> [remaining work, process, python fraction, task id or -1 - p,
+    # cores used, yields, processes spanned]
     running: dict[object, list] = {}
     idle_since: dict[str, float] = {}  # when each resource's thread last ran out of work
     waking: set = set()  # resources whose thread is waking up for its next task
@@ -196,7 +244,7 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
     events = 0
     for p, c in enumerate(control):
         if c > 0:
-            running[("control", p)] = [c, p, 1.0, -1 - p, 1.0, False]
+            running[("control", p)] = [c, p, 1.0, -1 - p, 1.0, False, ()]
     control_end = [0.0] * len(control)
     t = 0.0
     done = 0
@@ -218,17 +266,19 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
                     senior[name] = events
                 if wake > 0 and r > idle_since.get(name, float("-inf")):
                     # the thread slept on its empty queue: it wakes first
-                    running[name] = [wake, proc[i], 0.0, i, 0.0, True]
+                    running[name] = [wake, proc[i], 0.0, i, 0.0, True, ()]
                     waking.add(name)
                 else:
                     running[name] = [work[i], proc[i], python[i], i,
                                      1.0 if weight is None else weight[i],
-                                     bool(yields is not None and yields[i])]
+                                     bool(yields is not None and yields[i]),
+                                     spread[i] if spread is not None else ()]
                 dirty = True
         if dirty:
             keys = sorted(running, key=lambda k: senior.get(k, 0)) if not fair else list(running)
-            rates = share_rates([(running[k][1], running[k][2], running[k][4], running[k][5])
-                                 for k in keys], cores, switch, fair)
+            rates = share_rates([(running[k][1], running[k][2], running[k][4], running[k][5],
+                                  running[k][6]) for k in keys], cores, switch, fair,
+                                core_groups)
             dirty = False
             for k, x in zip(keys, rates):
                 i = running[k][3]
@@ -257,7 +307,8 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
                 start[i] = t
                 running[k] = [work[i], proc[i], python[i], i,
                               1.0 if weight is None else weight[i],
-                              bool(yields is not None and yields[i])]
+                              bool(yields is not None and yields[i]),
+                              spread[i] if spread is not None else ()]
                 if work[i] > _EPS * max(1.0, t):
                     continue
                 running.pop(k)

@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 
+from ..affinity import node_cores
 from ..atomic import atomic_write_json, cache_dir
 from ..errors import MachineError
 from ..optimizer.machine import DeviceSpec, LinkSpec, Machine
@@ -129,10 +130,7 @@ def cpu_identity() -> dict:
                           if ln.startswith("model name")), model)
     except OSError:
         pass
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
+    cores = node_cores()  # an MPI rank bound to its share counts the node's
     return {"host": socket.gethostname(), "machine": platform.machine(), "cpu": model,
             "cores": cores, "numpy": np.__version__, "format": _CPU_FORMAT}
 

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .. import runtime as lr
+from ..affinity import node_cores, unbound
 from ..optimizer.fidelity import RuntimeOverhead
 from ..regions import WD, Partition, R, Region
 from ..runtime import LaunchOptions, TaskFunction
@@ -254,18 +255,18 @@ def measure_lock_hold(sizes: tuple = ((16, 32), (16, 128), (32, 256), (64, 256))
     held = {}
     bg = None
     if lr.get_runtime().rank == 0:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-            else (os.cpu_count() or 1)
-        for batch, width in sizes:
-            c0 = cpu_clock()
-            one = min(_per_call(1, batch, width, seconds) for _ in range(reps))
-            two = min(_per_call(2, batch, width, seconds) for _ in range(reps))
-            b = _background(c0, cpu_clock())
-            bg = b if bg is None else max(bg, b or 0.0)
-            # two threads with no lock take max(1, 2 / free cores) times one's time
-            free = max(1.0, cores - (b or 0.0))
-            fair = one * max(1.0, 2.0 / free)
-            held[f"{batch}x{width}"] = (one, min(one, max(0.0, two - fair)))
+        cores = node_cores()
+        with unbound():  # two threads on the node's cores, not a bound rank's one
+            for batch, width in sizes:
+                c0 = cpu_clock()
+                one = min(_per_call(1, batch, width, seconds) for _ in range(reps))
+                two = min(_per_call(2, batch, width, seconds) for _ in range(reps))
+                b = _background(c0, cpu_clock())
+                bg = b if bg is None else max(bg, b or 0.0)
+                # two threads with no lock take max(1, 2 / free cores) times one's time
+                free = max(1.0, cores - (b or 0.0))
+                fair = one * max(1.0, 2.0 / free)
+                held[f"{batch}x{width}"] = (one, min(one, max(0.0, two - fair)))
     measured = max((h for _, h in held.values()), default=0.0)
     # under 1.5 free cores two threads cannot run at once whatever the lock
     # does: the probe cannot see it, so the figure measured on this 2-core

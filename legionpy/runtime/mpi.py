@@ -41,12 +41,24 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from .. import affinity
 from ..errors import TaskError
 
 __all__ = ["launched_under_mpi", "cluster", "Cluster", "MPI_ENV_VARS", "bcast_root", "allgather"]
 
 MPI_ENV_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALRANKID", "PMIX_RANK")
 ERR_TAG, REQ_TAG = 1, 2
+#: how :meth:`Cluster.wait` waits: a short spin, then naps growing from
+#: 10 us to at most ``WAIT_NAP_MAX_S``. MPICH moves a nonblocking
+#: collective's data only inside an MPI call, so a peer that arrives late
+#: waits for the early rank's next poll: with naps growing to 1 ms after a
+#: 0.5 ms spin, a 250 KB reduce-scatter took ~320 us (alexnet data,
+#: ``mpirun -n 2``), and a long spin took the core a bound rank's worker
+#: needs. 0.1 ms and 50 us were the fastest and steadiest of the settings
+#: measured (lenet data 3.6-3.9 vs 3.9-4.7 ms; issue 26); a waiting thread's
+#: polls then cost a few percent of its core.
+WAIT_SPIN_S = 1e-4
+WAIT_NAP_MAX_S = 5e-5
 REPLY_BASE = 1000
 
 
@@ -115,6 +127,9 @@ class Cluster:
         self.hosts: list[str] = world.allgather(self.host)
         same = [r for r, h in enumerate(self.hosts) if h == self.host]
         self.local_rank, self.local_size = same.index(self.rank), len(same)
+        # each rank of the node on its own cores, before this process starts
+        # its threads (runtime/affinity.py; LEGIONPY_BIND=0: not)
+        self.cores = affinity.bind_rank(self.local_rank, self.local_size)
         self.failure: str | None = None
         self.sched_ref: Callable[[], Any] = lambda: None
         self.next_id: Callable[[], int] = lambda: 0
@@ -178,14 +193,15 @@ class Cluster:
              test: Callable[[], bool] | None = None) -> None:
         """Complete every request in ``reqs`` (or, given ``test``, until
         ``test()`` is true: work that is not an MPI request, e.g. NCCL's);
-        spin briefly, then sleep with a growing interval; TaskError after
-        ``timeout`` (LEGIONPY_MPI_TIMEOUT) s or when another rank failed."""
+        spin :data:`WAIT_SPIN_S`, then sleep with a growing interval, at most
+        :data:`WAIT_NAP_MAX_S`; TaskError after ``timeout``
+        (LEGIONPY_MPI_TIMEOUT) s or when another rank failed."""
         testall = self.MPI.Request.Testall
         done = test or (lambda: testall(reqs))
         if done():
             return
         t0 = time.perf_counter()
-        while time.perf_counter() - t0 < 5e-4:  # spin (yielding the GIL) for 0.5 ms
+        while time.perf_counter() - t0 < WAIT_SPIN_S:  # spin, yielding the GIL
             if done():
                 return
             time.sleep(0)
@@ -205,7 +221,7 @@ class Cluster:
                                 "fences), or a rank is stuck (LEGIONPY_MPI_TIMEOUT sets the "
                                 "limit)")
             time.sleep(nap)
-            nap = min(nap * 2, 1e-3)
+            nap = min(nap * 2, WAIT_NAP_MAX_S)
 
     def others(self, comm: Any) -> list[int]:
         """The world ranks of ``comm``'s members other than this one."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from dataclasses import replace
 
 import pytest
-from dataclasses import replace
 
 import legionpy as lp
 import legionpy.runtime as lr
@@ -256,6 +257,73 @@ def test_two_ranks_with_a_collective_run_their_devices_in_parallel_by_hand():
     # the same two devices in ONE process share its lock: one after the other
     one = simulate_with_runtime(tg, replace(ovh, control_threads=1), None, pipelined=True)
     assert one["iteration_time_s"] == pytest.approx(2.1)
+
+
+def test_bound_ranks_share_only_their_own_cores_by_hand():
+    # rank 0: a 1 s kernel (no Python) beside its control thread's 1 s of
+    # Python; rank 1: its control thread only. Unbound, the three busy threads
+    # share both cores (2/3 each: the kernel ends at 1.5 s); each rank bound
+    # to its own core (legionpy/affinity.py), rank 0's kernel shares core 0
+    # with rank 0's control thread alone (1/2 each: it ends at 2 s)
+    tg = {"tasks": [{"id": 0, "name": "F:x[0]", "kind": "compute", "device": "cpu0",
+                     "duration_s": 1.0, "bytes": 0},
+                    {"id": 1, "name": "F:x[1]", "kind": "compute", "device": "cpu1",
+                     "duration_s": 1e-9, "bytes": 0}],
+          "deps": []}
+    ovh = RuntimeOverhead(cores=2, control_threads=2, gil_kernel_s=0.0, step_s=1.0)
+    free = simulate_with_runtime(tg, ovh, None, pipelined=True)
+    bound = simulate_with_runtime(tg, replace(ovh, bound=True), None, pipelined=True)
+    assert free["task_end_s"][0] == pytest.approx(1.5, rel=1e-6)
+    assert bound["task_end_s"][0] == pytest.approx(2.0, rel=1e-6)
+
+
+def test_core_blocks_and_binding_rule():
+    from legionpy.affinity import core_blocks
+
+    assert core_blocks([0, 1, 2, 3], 2) == [(0, 1), (2, 3)]
+    assert core_blocks([4, 5], 2) == [(4,), (5,)]
+    assert core_blocks([0, 1], 4) == [(0,), (1,), (0,), (1,)]  # two ranks a core
+    assert core_blocks([0, 1, 2], 2) == [(0,), (1,)]  # equal blocks, the rest unused
+
+
+def test_bind_rank_binds_every_thread_unless_told_or_bound_already():
+    import json
+    import subprocess
+    import sys
+
+    from legionpy.affinity import _allowed, core_blocks
+
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no thread affinity on this platform")
+    # a fresh process (binding is for the life of a process): a thread
+    # started before binding, then rank 1 of 2 binds
+    prog = ("import json, os, threading\n"
+            "from legionpy.affinity import bind_rank, node_cores\n"
+            "ev = threading.Event()\n"
+            "t = threading.Thread(target=ev.wait); t.start()\n"
+            "got = bind_rank(1, 2)\n"
+            "ids = [int(x) for x in os.listdir('/proc/self/task')]\n"
+            "tasks = [sorted(os.sched_getaffinity(x)) for x in ids]\n"
+            "ev.set()\n"
+            "print(json.dumps({'got': sorted(got) if got else None, 'threads': tasks,\n"
+            "                  'node': node_cores()}))\n")
+    env = {k: v for k, v in os.environ.items() if k != "LEGIONPY_BIND"}
+
+    def run(**extra):
+        out = subprocess.run([sys.executable, "-c", prog], env=dict(env, **extra),
+                             capture_output=True, text=True, check=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    cores = sorted(os.sched_getaffinity(0))
+    r = run()
+    if len(cores) < 2 or set(cores) < _allowed():  # one core, or bound already
+        assert r["got"] is None
+    else:
+        want = sorted(core_blocks(cores, 2)[1])
+        assert r["got"] == want
+        assert len(r["threads"]) >= 2 and all(t == want for t in r["threads"])
+        assert r["node"] == len(cores)  # the node's cores, not the block's
+    assert run(LEGIONPY_BIND="0")["got"] is None
 
 
 def test_background_load_leaves_fewer_cores_by_hand():

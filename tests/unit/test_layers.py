@@ -43,6 +43,7 @@ RANKS = {
     "atomic": 2, "progress": 2, "placement": 2, "data": 2,
     "collectives": 2,  # the collective rule both halves share (docs/seam.md)
     "pipeline": 2,  # the pipeline rule both halves share (docs/pipeline.md)
+    "affinity": 2,  # which cores each rank runs on: the runtime binds, the model shares them
     "regions": 3,
     "ops": 4,
     "runtime": 5, "optimizer": 5,

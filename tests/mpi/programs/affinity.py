@@ -1,0 +1,43 @@
+"""Each rank of the node on its own cores (legionpy/affinity.py): every
+thread of a rank, those it starts later too, on its block; the blocks of
+the ranks disjoint when the node has a core per rank; the machine figures
+still count the node's cores. ``LEGIONPY_BIND=0``: nothing bound."""
+
+import os
+import threading
+
+from mpi4py import MPI
+
+from legionpy.affinity import binding, core_blocks, node_cores
+from legionpy.optimizer.calibration import local_cores
+from legionpy.runtime.mpi import cluster
+
+comm = MPI.COMM_WORLD
+cl = cluster()
+before = comm.allgather(sorted(os.sched_getaffinity(0)))
+seen: list = []
+t = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
+t.start()
+t.join()
+threads = {int(x): os.sched_getaffinity(int(x)) for x in os.listdir("/proc/self/task")}
+if os.environ.get("LEGIONPY_BIND") == "0":
+    assert binding() is None and cl.cores is None
+    print(f"OK rank {comm.rank} not bound", flush=True)
+else:
+    mine = binding()
+    allowed = node_cores()
+    if allowed < 2:  # one core: nothing to split
+        assert mine is None
+    else:
+        assert mine is not None and mine == cl.cores
+        want = core_blocks(range(allowed), comm.size)[comm.rank]
+        assert sorted(mine) == sorted(want) or len(mine) == len(want), (mine, want)
+        assert all(a == mine for a in threads.values()), threads
+        assert seen == [mine], seen  # a thread started later inherits it
+        blocks = comm.allgather(sorted(mine))
+        if allowed >= comm.size:
+            assert all(set(a).isdisjoint(b) for i, a in enumerate(blocks)
+                       for b in blocks[i + 1:]), blocks
+        assert local_cores() == allowed  # the model still sees the node's cores
+    print(f"OK rank {comm.rank} bound to {sorted(mine) if mine else None}", flush=True)
+comm.Barrier()
