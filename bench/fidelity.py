@@ -25,6 +25,7 @@ optimizer's best, ``LEGIONPY_SEARCH_BUDGET`` default 2 s here) and
     python bench/fidelity.py                       # 2 CPU devices in one process
     mpirun -n 2 python bench/fidelity.py           # 2 ranks, one device each
     python bench/fidelity.py --models lenet --strategies data,model --json out.json
+    python bench/fidelity.py --processes 3 --ranks 2 ...  # medians over 3 fresh mpirun jobs
 """
 
 from __future__ import annotations
@@ -106,7 +107,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="re-measure the machine model (and, with --cost contended, the "
                    "kernels) instead of using the cached figures")
     p.add_argument("--json", metavar="FILE", help="write every result as JSON")
+    p.add_argument("--processes", type=int, default=1, metavar="N",
+                   help="run the whole bench in N fresh processes (one after another) and "
+                   "report each row's median over them: which thread takes the interpreter "
+                   "lock first sets a whole process's regime, so rows of one process move "
+                   "together by 10-25%% from process to process (issue 26)")
+    p.add_argument("--ranks", type=int, default=1, metavar="R",
+                   help="with --processes: launch each process as `mpirun -n R`")
     args = p.parse_args(argv)
+    if args.processes > 1:
+        return over_processes(args, sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("LEGIONPY_SEARCH_BUDGET", "2")
 
     from legionpy.measure import runtime_overhead
@@ -159,6 +169,83 @@ def main(argv: list[str] | None = None) -> int:
     if args.json and root:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1, default=str)
+    return 0
+
+
+def _without(argv: list[str], *names: str) -> list[str]:
+    """``argv`` less the options ``names`` and their values."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in names:
+            skip = True
+            continue
+        if any(a.startswith(n + "=") for n in names):
+            continue
+        out.append(a)
+    return out
+
+
+def over_processes(args, argv: list[str]) -> int:
+    """``--processes N``: the bench N times in fresh processes (each
+    ``mpirun -n R`` with ``--ranks R``), each row's median simulated and
+    measured time over them, and the summary of those medians."""
+    import statistics
+    import subprocess
+    import tempfile
+
+    from legionpy.optimizer.fidelity import kendall_tau, relative_error
+
+    base = _without(argv, "--processes", "--ranks", "--json")
+    runs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(args.processes):
+            out = os.path.join(tmp, f"run{k}.json")
+            cmd = [sys.executable, os.path.abspath(__file__), *base, "--json", out]
+            if args.ranks > 1:
+                cmd = ["mpirun", "-n", str(args.ranks), *cmd]
+            print(f"-- process {k + 1} of {args.processes}: {' '.join(cmd)}", flush=True)
+            subprocess.run(cmd, check=True)
+            base = _without(base, "--recalibrate")  # calibrate once, in the first
+            with open(out) as f:
+                runs.append(json.load(f))
+    out_all = {}
+    for regime in runs[0]:
+        rows: dict = {}
+        for run in runs:
+            for r in run[regime]["results"]:
+                rows.setdefault((r["model"], r["strategy"]), []).append(r)
+        print(f"\n== {regime}-dominated regime: medians over {len(runs)} processes ==")
+        print(f"{'model':<10} {'strategy':<10} {'sim ms':>8} {'real ms':>8} {'error':>7} | "
+              "each process's real ms")
+        table = []
+        for (m, s), rs in rows.items():
+            sim = statistics.median(r["iteration_time_s"] for r in rs)
+            real = statistics.median(r["measured_time_s"] for r in rs)
+            err = relative_error(sim, real)
+            table.append({"model": m, "strategy": s, "iteration_time_s": sim,
+                          "measured_time_s": real, "relative_error": err,
+                          "measured_per_process_s": [r["measured_time_s"] for r in rs]})
+            print(f"{m:<10} {s:<10} {sim * 1e3:>8.2f} {real * 1e3:>8.2f} {err * 100:>6.1f}% | "
+                  + " ".join(f"{r['measured_time_s'] * 1e3:.2f}" for r in rs), flush=True)
+        errs = [t["relative_error"] for t in table]
+        tau = {m: kendall_tau([t["iteration_time_s"] for t in table if t["model"] == m],
+                              [t["measured_time_s"] for t in table if t["model"] == m])
+               for m in dict.fromkeys(t["model"] for t in table)}
+        summary = {"mean_error": sum(errs) / len(errs), "worst_error": max(errs),
+                   "kendall_tau": kendall_tau([t["iteration_time_s"] for t in table],
+                                              [t["measured_time_s"] for t in table]),
+                   "per_model_tau": tau, "processes": len(runs), "ranks": args.ranks}
+        print(f"[{regime}, {len(runs)} processes] mean error {summary['mean_error'] * 100:.1f}%, "
+              f"worst {summary['worst_error'] * 100:.1f}%, Kendall tau "
+              f"{summary['kendall_tau']:.3f} (per model "
+              + ", ".join(f"{k} {v:.2f}" for k, v in tau.items()) + ")", flush=True)
+        out_all[regime] = {"summary": summary, "results": table}
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out_all, f, indent=1, default=str)
     return 0
 
 

@@ -40,7 +40,7 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   interpreter lock's hold of a kernel
   (:func:`~legionpy.probe.overhead.measure_lock_hold`), the cores and the
   control threads; :func:`runtime_overhead` caches the result
-  per machine in ``$LEGIONPY_CACHE/overhead-v7-MACHINE.json``.
+  per machine in ``$LEGIONPY_CACHE/overhead-v8-MACHINE.json``.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ from ..optimizer.strategy import atomic_write_json
 from ..probe.overhead import (
     measure_kernel_concurrency,
     measure_lock_hold,
+    measure_mpi_collectives,
     measure_runtime_overhead,
 )
 from ..runtime import get_runtime
@@ -326,7 +327,7 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
 def _overhead_path(machine_name: str) -> str:
 
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", machine_name)
-    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v7-{safe}.json")
+    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v8-{safe}.json")
 
 
 def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
@@ -348,14 +349,17 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     graphs = figures.pop("taskgraphs")
     conc = measure_kernel_concurrency()
     lock = measure_lock_hold()
+    coll = measure_mpi_collectives()
     calib = dict(figures.pop("calibration"), **conc, lock_hold=lock["lock_hold"],
-                 lock_measured=lock["lock_measured"])
+                 lock_measured=lock["lock_measured"],
+                 collective_points=coll.get("coll_points", []))
     ranks = 1 + max((d.rank for d in rt.devices), default=0)
     ranks = max(ranks, int(getattr(rt, "size", 1) or 1))
     cores = bcast_root(local_cores())
     # ranks bound to their own cores (legionpy/affinity.py): rank 0's word
     bound = bcast_root(binding() is not None) and ranks > 1
-    ovh = RuntimeOverhead(bound=bound, kernel_scale=conc["kernel_scale"],
+    ovh = RuntimeOverhead(bound=bound, coll_s=coll["coll_s"], coll_byte_s=coll["coll_byte_s"],
+                          kernel_scale=conc["kernel_scale"],
                           kernel_scale_mem=conc["kernel_scale_mem"],
                           intensity_compute=conc["intensity_compute"],
                           intensity_mem=conc["intensity_mem"], cores=cores,
@@ -375,8 +379,8 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
 def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
                      verbose: bool = False) -> RuntimeOverhead:
     """The runtime's overhead on this machine, cached per machine name in
-    ``$LEGIONPY_CACHE/overhead-v7-NAME[-bound].json`` (``-bound``: the ranks
-    were bound to their cores, legionpy/affinity.py; ``overhead-v7-empty-NAME.json``
+    ``$LEGIONPY_CACHE/overhead-v8-NAME[-bound].json`` (``-bound``: the ranks
+    were bound to their cores, legionpy/affinity.py; ``overhead-v8-empty-NAME.json``
     for ``source="empty"``); collective under MPI. ``source``: ``"layer"``
     (default, :func:`calibrated_overhead`) or ``"empty"``
     (:func:`measure_runtime_overhead`, empty tasks, no CPU model)."""

@@ -182,6 +182,12 @@ class RuntimeOverhead:
     #: longest keeps it while it has work: the convoy) or ``"fair"`` (max-min
     #: fair shares), :mod:`.sharing`
     gil_order: str = "fcfs"
+    #: a collective between ranks takes at least ``coll_s + coll_byte_s *
+    #: bytes`` (its buffer's): the runtime's MPI transport measured
+    #: (:func:`legionpy.probe.overhead.measure_mpi_collectives`), where the
+    #: machine model's links (a blocking ping-pong) see a few microseconds
+    coll_s: float = 0.0
+    coll_byte_s: float = 0.0
     #: each rank bound to its own block of the ``cores`` (legionpy/affinity.py,
     #: as the runtime binds the ranks of an MPI job): a process's threads share
     #: its block, not every core of the node
@@ -388,11 +394,20 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
            else t["duration_s"] * scale[i]
            + overhead.worker_s(reqs[i], t["name"].startswith("B:"))
            for i, t in enumerate(tasks)]
+    if overhead.coll_s or overhead.coll_byte_s:  # collectives between ranks, as measured
+        proc = _processes(tasks, overhead.control_threads)
+        for i, t in enumerate(tasks):
+            if t["kind"] == "collective" and t["device"].startswith("comm:") and len(
+                    {_process_of(f"comm:{k}", proc) for k in _comm_members(t["device"])}) > 1:
+                dur[i] = max(t["duration_s"],
+                             overhead.coll_s + overhead.coll_byte_s * float(t.get("bytes", 0)))
     # the interpreter lock and the cores, processor-shared (issue 26, optimizer/sharing.py)
     locks = overhead.gil_kernel_s is not None and overhead.cores > 0
     if locks:
+        loss = _loss_tasks(tasks, graph) if pipelined else []
         end, starts, admit, ctl_end = _shared_schedule(tasks, succs, dur, scale, reqs,
-                                                       issued, overhead, pipelined, clock)
+                                                       issued, overhead, pipelined, clock,
+                                                       loss)
         busy = {}  # wall seconds, stretched by the sharing (as a trace measures them)
         for i, t in enumerate(tasks):
             busy[t["device"]] = busy.get(t["device"], 0.0) + end[i] - starts[i]
@@ -456,12 +471,17 @@ def _list_schedule(tasks: list[dict], preds: list, succs: list, dur: list,
 
 def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list, reqs: list,
                      issued: list, overhead: RuntimeOverhead, pipelined: bool,
-                     clock: float) -> tuple:
+                     clock: float, loss: Sequence[int] = ()) -> tuple:
     """:func:`~legionpy.optimizer.sharing.share_schedule` of the tasks (module
     doc): a task's Python work is its worker overhead and the first
     ``gil_kernel_s`` of its kernel (a copy's: ``copy_s``); the control
     thread of every process runs ``clock`` seconds of Python from the
-    step's start. Returns (end, start, admission, control end)."""
+    step's start, or, given the ``loss`` tasks, from when they end: ``fit``
+    launches step i+1, then waits for step i's loss, then launches step i+2,
+    so in the steady state the launch runs while the devices start the
+    backward pass (where the small tasks of the last layers need the lock
+    it holds), not beside the forward pass's large kernels. Returns (end,
+    start, admission, the control threads' longest stretch of work)."""
     from .sharing import share_schedule
 
     n = len(tasks)
@@ -504,8 +524,20 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list, req
                        control=[clock] * ranks, weight=weight, wake=overhead.wake_s,
                        fair=overhead.gil_order == "fair",
                        yields=[w > 1 for w in weight], spread=spread,
-                       core_groups=_core_groups(overhead) if overhead.bound else None)
-    return r["end"], r["start"], r["admit"], max(r["control_end"], default=0.0)
+                       core_groups=_core_groups(overhead) if overhead.bound else None,
+                       control_after=loss)
+    return r["end"], r["start"], r["admit"], max(
+        (e - s for e, s in zip(r["control_end"], r["control_start"])), default=0.0)
+
+
+def _loss_tasks(tasks: list[dict], graph: Any) -> list[int]:
+    """The forward tasks of ``graph``'s last operator (its loss: the results
+    ``fit`` waits for before launching the next step); none without a graph."""
+    if graph is None or not getattr(graph, "ops", None):
+        return []
+    last = graph.ops[-1].name
+    return [i for i, t in enumerate(tasks)
+            if t["kind"] == "compute" and t["name"].startswith(f"F:{last}[")]
 
 
 def _core_groups(overhead: RuntimeOverhead) -> dict[int, tuple[int, float]]:

@@ -197,14 +197,17 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
                    wake: float = 0.0, fair: bool = True,
                    yields: Sequence[bool] | None = None,
                    spread: Sequence[tuple[int, ...]] | None = None,
-                   core_groups: dict[int, tuple[int, float]] | None = None) -> dict:
+                   core_groups: dict[int, tuple[int, float]] | None = None,
+                   control_after: Sequence[int] = ()) -> dict:
     """Schedule tasks on FIFO resources under processor sharing (module doc).
 
     ``res[i]``: task i's resource (a thread), ``proc[i]``: its process,
     ``work[i]``: seconds at full speed, ``python[i]``: the fraction of them
     that holds the lock, ``ready[i]``: the earliest start (its issue),
     ``succs[i]``: the tasks that wait for it. ``control[p]``: seconds of
-    all-Python work of process p's control thread, running from time 0.
+    all-Python work of process p's control thread, running from time 0, or,
+    given ``control_after`` (task ids), from when the last of those tasks
+    ends (``fit`` launches the next step once this step's loss has arrived).
     ``weight[i]``: the cores task i keeps busy at full speed (default 1; a
     copy between two processes: its sender and its receiver, both waiting
     on the transfer, runtime/mpi.py ``Cluster.wait``). ``wake``: seconds a
@@ -242,11 +245,19 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
     senior: dict[object, int] = {}  # thread -> when (event count) it last became busy
     begun: set = set()  # tasks that have had a share of their lock
     events = 0
-    for p, c in enumerate(control):
-        if c > 0:
-            running[("control", p)] = [c, p, 1.0, -1 - p, 1.0, False, ()]
+    trigger = set(control_after)
+    control_start = [0.0] * len(control)
+
+    def start_control() -> None:
+        for p, c in enumerate(control):
+            control_start[p] = t
+            if c > 0:
+                running[("control", p)] = [c, p, 1.0, -1 - p, 1.0, False, ()]
+
     control_end = [0.0] * len(control)
     t = 0.0
+    if not trigger:
+        start_control()
     done = 0
     rates: list[float] = []
     keys: list = []
@@ -320,9 +331,14 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
             end[i] = t
             idle_since[res[i]] = t
             done += 1
+            if i in trigger:
+                trigger.discard(i)
+                if not trigger:
+                    start_control()
             busy.discard(res[i])
             for s in succs[i]:
                 preds[s] -= 1
                 if preds[s] == 0:
                     heapq.heappush(arrivals, (max(ready[s], t), s))
-    return {"start": start, "end": end, "admit": admit, "control_end": control_end}
+    return {"start": start, "end": end, "admit": admit, "control_end": control_end,
+            "control_start": control_start}

@@ -19,6 +19,10 @@ simulator, and never runs a task).
   once; the seconds the second thread adds to each call are the part the
   lock serialises (all of a small kernel, none of a large one's loops);
   the largest such part is the cap;
+* :func:`measure_mpi_collectives`: what the runtime's MPI transport takes
+  for a reduce-scatter and an all-gather between ranks (nonblocking calls
+  polled as ``Cluster.wait`` polls them) at three sizes, fitted as
+  ``coll_s + coll_byte_s * bytes``;
 * :func:`cpu_clock` / :func:`background_cores`: the machine's busy
   CPU-seconds from ``/proc/stat`` less this job's, over the wall time.
 
@@ -44,7 +48,7 @@ from ..runtime.mpi import allgather, bcast_root
 from .machine import local_machine
 
 __all__ = ["measure_runtime_overhead", "measure_kernel_concurrency", "measure_lock_hold",
-           "cpu_clock", "background_cores"]
+           "measure_mpi_collectives", "cpu_clock", "background_cores"]
 
 
 def measure_runtime_overhead(launches: int = 120, tile_rows: int = 16) -> RuntimeOverhead:
@@ -276,6 +280,59 @@ def measure_lock_hold(sizes: tuple = ((16, 32), (16, 128), (32, 256), (64, 256))
                "lock_hold": {k: {"alone_s": a, "held_s": h} for k, (a, h) in held.items()},
                "lock_background_cores": bg, "lock_measured": not blind}
     return bcast_root(figures)
+
+
+def measure_mpi_collectives(sizes: tuple = (16 << 10, 256 << 10, 1 << 20),
+                            reps: int = 15) -> dict[str, float]:
+    """Seconds the runtime's MPI transport takes for a collective between
+    the job's ranks (module doc): a reduce-scatter and an all-gather of a
+    float32 buffer of each of ``sizes`` bytes over every rank, as
+    runtime/collectives.py ``MPITransport`` makes them (``Ireduce_scatter``,
+    ``Iallgatherv`` in place) and waits for them (``Cluster.wait``: MPICH
+    moves the data only while a rank polls), the ranks lined up by a
+    barrier first; medians of ``reps``. A least-squares line through both
+    kinds' medians gives ``coll_s`` (seconds per collective) and
+    ``coll_byte_s`` (per byte of the buffer). The ping-pong behind the
+    machine model's links (blocking sends, a few us) says a 256 KB
+    reduce-scatter takes ~15 us; through the runtime it took 250-300 us on
+    2 ranks of a 2-core machine (issue 26). Outside MPI, or with one rank:
+    zeros. Collective under MPI (rank 0's figures on every rank)."""
+    from ..runtime.mpi import cluster, launched_under_mpi
+
+    if not launched_under_mpi() or cluster().size < 2:
+        return {"coll_s": 0.0, "coll_byte_s": 0.0}
+    cl = cluster()
+    MPI = cl.MPI
+    comm = cl.world.Dup()
+    n = comm.Get_size()
+    xs, ys = [], []
+    try:
+        for nbytes in sizes:
+            c = max(1, nbytes // 4 // n)
+            buf = np.ones(c * n, np.float32)
+            counts, displs = [c] * n, [k * c for k in range(n)]
+            for kind in ("reduce_scatter", "all_gather"):
+                times = []
+                for _ in range(reps):
+                    comm.Barrier()
+                    t0 = time.perf_counter()
+                    if kind == "reduce_scatter":
+                        recv = np.empty(c, np.float32)
+                        req = comm.Ireduce_scatter(buf, recv, counts, op=MPI.SUM)
+                    else:
+                        req = comm.Iallgatherv(MPI.IN_PLACE, [buf, counts, displs, MPI.FLOAT])
+                    cl.wait([req], lambda k=kind: f"the {k} calibration")
+                    times.append(time.perf_counter() - t0)
+                xs.append(float(buf.nbytes))
+                ys.append(max(allgather(statistics.median(times))))
+    finally:
+        comm.Free()
+    a = np.vstack([np.ones(len(xs)), xs]).T
+    (c0, c1), *_ = np.linalg.lstsq(a, np.array(ys), rcond=None)
+    if c1 < 0:  # no growth with size at these sizes: a constant
+        c0, c1 = float(np.mean(ys)), 0.0
+    return bcast_root({"coll_s": max(0.0, float(c0)), "coll_byte_s": float(c1),
+                       "coll_points": [[x, y] for x, y in zip(xs, ys)]})
 
 
 def _background(start: tuple | None, end: tuple | None) -> float | None:

@@ -326,6 +326,39 @@ def test_bind_rank_binds_every_thread_unless_told_or_bound_already():
     assert run(LEGIONPY_BIND="0")["got"] is None
 
 
+def test_collectives_between_ranks_take_the_measured_transport_time_by_hand():
+    # coll_s + coll_byte_s * bytes (probe.overhead.measure_mpi_collectives)
+    # floors a collective whose members live in two processes; the same
+    # collective inside one process keeps the machine model's time
+    tg = {"tasks": [{"id": 0, "name": "RS:b0.0", "kind": "collective", "device": "comm:0-1",
+                     "duration_s": 1e-5, "bytes": 1000},
+                    {"id": 1, "name": "U:b0.0[0]", "kind": "update", "device": "cpu0",
+                     "duration_s": 1e-6, "bytes": 0},
+                    {"id": 2, "name": "U:b0.0[1]", "kind": "update", "device": "cpu1",
+                     "duration_s": 1e-6, "bytes": 0}],
+          "deps": [[0, 1], [0, 2]]}
+    ovh = RuntimeOverhead(cores=2, control_threads=2, coll_s=0.25, coll_byte_s=1e-4)
+    r = simulate_with_runtime(tg, ovh, None, pipelined=True)
+    assert r["task_end_s"][0] - r["task_start_s"][0] == pytest.approx(0.35)
+    one = simulate_with_runtime(tg, replace(ovh, control_threads=1), None, pipelined=True)
+    assert one["task_end_s"][0] - one["task_start_s"][0] == pytest.approx(1e-5)
+
+
+def test_control_thread_starts_when_its_loss_arrives_by_hand():
+    from legionpy.optimizer.sharing import share_schedule
+
+    # fit launches step i+2 once step i+1's loss arrives: the control thread's
+    # 1 s of Python starts when the loss task ends (t = 1), so the all-Python
+    # backward task after it shares the lock with it from then on
+    r = share_schedule(["cpu0", "cpu0"], [0, 0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0],
+                       [[1], []], cores=2, control=[1.0], fair=False, control_after=[0])
+    assert r["control_start"] == [1.0] and r["end"][0] == pytest.approx(1.0)
+    assert r["end"][1] == pytest.approx(3.0)  # the control thread is senior: 1 s, then it
+    r0 = share_schedule(["cpu0", "cpu0"], [0, 0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0],
+                        [[1], []], cores=2, control=[1.0], fair=False)
+    assert r0["control_start"] == [0.0] and r0["end"][0] == pytest.approx(2.0)
+
+
 def test_background_load_leaves_fewer_cores_by_hand():
     from legionpy.probe.overhead import background_cores
 
