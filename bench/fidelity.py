@@ -119,7 +119,10 @@ def main(argv: list[str] | None = None) -> int:
         return over_processes(args, sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("LEGIONPY_SEARCH_BUDGET", "2")
 
-    from legionpy.measure import runtime_overhead
+    from legionpy.mapper.resolve import set_search_judge
+    from legionpy.measure import local_judge, runtime_overhead
+
+    set_search_judge(local_judge)  # the search row picks as `legionpy train` picks
     from legionpy.models.training import parse_sizes, start_runtime
     from legionpy.optimizer import Machine
 

@@ -39,8 +39,11 @@ BASELINES = ("data", "model", "owt")
 
 
 def run_model(name: str, args, root: bool) -> dict:
-    from legionpy.measure import train_prediction
+    from legionpy.mapper.resolve import set_search_judge
+    from legionpy.measure import local_judge, train_prediction
     from legionpy.models.training import train
+
+    set_search_judge(local_judge)  # "search" picks as `legionpy train --strategy search` does
 
     strategies = ("search",) + BASELINES
     runs: dict[str, list[dict]] = {s: [] for s in strategies}

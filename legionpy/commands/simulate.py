@@ -161,6 +161,7 @@ def _simulate(args) -> dict:
 def _compare(args) -> dict:
     """``simulate --compare``: simulate, run for real, compare (see module doc)."""
     from ..errors import MachineError, ModelError
+    from ..measure import judge_searches
     from ..measure.fidelity import LOCAL_COST, compare
     from ..models import check_model
     from ..models.training import parse_sizes, start_runtime
@@ -179,10 +180,11 @@ def _compare(args) -> dict:
     if args.batch_size:
         sizes["batch_size"] = args.batch_size
     # the same configuration `legionpy train MODEL` runs by default: small sizes
-    r = compare(args.model, args.strategy, scale=args.scale or "small", sizes=sizes,
-                cost=args.cost or LOCAL_COST,
-                steps=args.steps, warmup=args.warmup, overhead=not args.no_overhead,
-                sync=getattr(args, "sync", None))
+    with judge_searches():  # --strategy search is picked as `legionpy train` picks it
+        r = compare(args.model, args.strategy, scale=args.scale or "small", sizes=sizes,
+                    cost=args.cost or LOCAL_COST,
+                    steps=args.steps, warmup=args.warmup, overhead=not args.no_overhead,
+                    sync=getattr(args, "sync", None))
     out = r.to_dict()
     sim = out.pop("simulation")
     out.update({k: sim[k] for k in ("bytes_moved", "per_link_busy_s", "feasible")

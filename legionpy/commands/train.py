@@ -36,9 +36,11 @@ def _train(args) -> dict:
 
     check_model(args.model)
     rt = start_runtime(args.devices)
-    from ..measure import train_prediction
+    from ..measure import judge_searches, train_prediction
 
-    r = train_from_args(args.model, args, predict=train_prediction, progress=not args.json)
+    with judge_searches():  # --strategy search: the pick must beat the baselines here
+        r = train_from_args(args.model, args, predict=train_prediction,
+                            progress=not args.json)
     losses = r["losses"]
     start = r["resumed_from_step"]
     every = max(1, len(losses) // 10)

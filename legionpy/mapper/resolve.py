@@ -10,11 +10,26 @@ in one step. The budget is ``LEGIONPY_SEARCH_BUDGET`` seconds (default 10),
 or ``LEGIONPY_SEARCH_ITERATIONS`` proposals for a clock-free, reproducible
 search. Under ``mpirun`` rank 0 searches and broadcasts its strategy, so every
 rank runs the same one.
+
+**The judge.** The search ranks strategies with the simulator and the
+kernels' costs; on this machine's own devices the runtime's per-task,
+lock and transport costs can reverse its order (under ``mpirun -n 2`` the
+search's rnntc pick measured 0.78x data, and the local machine model
+predicted it). A judge installed from above (:func:`set_search_judge`;
+:func:`legionpy.measure.judge_searches` installs the local machine model's
+prediction, as ``legionpy train``, ``simulate --compare`` and the benches
+do; a program's own ``compile(strategy="search")`` runs without one unless
+it calls that) times the pick and
+the named baselines (data, model, owt) on the machine, and the fastest by
+it is used; a judge returning None for a machine (not this job's devices)
+leaves the pick alone. Collective under MPI: every rank judges, in the
+same order.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import ModelError, StrategyError
@@ -22,7 +37,43 @@ from ..ops.execute import check_tiling
 from ..optimizer import Strategy
 from ..optimizer.strategy import NAMED
 
-__all__ = ["resolve_strategy", "search_strategy", "NAMED"]
+__all__ = ["resolve_strategy", "search_strategy", "set_search_judge", "search_judge", "NAMED"]
+
+#: ``(graph, strategy, machine) -> seconds per step, or None`` (module doc)
+_judge: Callable[[Any, Strategy, Any], float | None] | None = None
+#: the named strategies the judge weighs against the search's pick
+JUDGED_BASELINES = ("data", "model", "owt")
+
+
+def set_search_judge(judge: Callable[[Any, Strategy, Any], float | None] | None) -> None:
+    """Install (None: remove) the judge of ``strategy="search"`` (module doc)."""
+    global _judge
+    _judge = judge
+
+
+def search_judge() -> Callable[[Any, Strategy, Any], float | None] | None:
+    """The judge installed now (None: the search's pick stands)."""
+    return _judge
+
+
+def _judged(found: Strategy, graph: Any, machine: Any) -> Strategy:
+    """The search's pick, or the baseline the judge times faster (module doc)."""
+    if _judge is None:
+        return found
+    best, best_t = found, _judge(graph, found, machine)
+    if best_t is None:
+        return found
+    for name in JUDGED_BASELINES:
+        try:
+            s = Strategy.resolve(name, graph, machine)
+            for op in graph.ops:
+                check_tiling(op, s[op.name].degrees)
+        except StrategyError:
+            continue
+        t = _judge(graph, s, machine)
+        if t is not None and t < best_t:
+            best, best_t = s, t
+    return best
 
 
 def search_strategy(graph: Any, machine: Any) -> Strategy:
@@ -38,11 +89,11 @@ def search_strategy(graph: Any, machine: Any) -> Strategy:
         return search_for_model(graph, machine, budget_s=budget, seed=0, iterations=iterations)
 
     if not launched_under_mpi():
-        return run()
+        return _judged(run(), graph, machine)
     from ..runtime.mpi import cluster
 
     found = run().to_dict() if cluster().rank == 0 else None
-    return Strategy.from_dict(bcast_root(found), graph)
+    return _judged(Strategy.from_dict(bcast_root(found), graph), graph, machine)
 
 
 def resolve_strategy(spec: Any, graph: Any, machine: Any) -> Strategy:

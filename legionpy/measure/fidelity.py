@@ -39,7 +39,7 @@ from ..probe.overhead import background_cores, cpu_clock
 from ..runtime.mpi import allgather, bcast_root
 
 __all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "predict_model",
-           "train_prediction", "optimizer_update_terms", "LOCAL_COST"]
+           "train_prediction", "optimizer_update_terms", "local_judge", "LOCAL_COST"]
 
 #: the cost model of the local machine model's predictions (``simulate
 #: --compare``, ``legionpy train``, the benches): tile kernels timed on this
@@ -268,6 +268,17 @@ def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_CO
     fields, uscale = optimizer_update_terms(optimizer)
     return bcast_root(simulate_strategy(graph, machine, strategy, cost, ovh, sync=sync,
                                         update_fields=fields, update_scale=uscale))
+
+
+def local_judge(graph: Any, strategy: Any, machine: Any) -> float | None:
+    """The judge of ``strategy="search"`` (:func:`legionpy.mapper.resolve.
+    set_search_judge`): :func:`predict`'s seconds per step on this job's own
+    machine (``Machine.local()``, named ``local...``); None for any other
+    machine, whose runtime this process cannot speak for. Collective under
+    MPI."""
+    if not str(getattr(machine, "name", "")).startswith("local"):
+        return None
+    return float(predict(graph, strategy, machine)["iteration_time_s"])
 
 
 def predict_model(model: Any, strategy: Any = None, background_cores: float | None = None,

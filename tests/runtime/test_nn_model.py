@@ -195,3 +195,36 @@ def test_compile_installs_a_mapper_that_consults_the_optimizer(rt2):
     placed = [(r["name"], r["launch"], r["device"]) for r in records
               if r["kind"] == "compute" and r["name"].startswith("F(conv1")]
     assert placed and all(d == m.strategy["conv1"].devices[k] for _, k, d in placed)
+
+
+def test_a_search_judge_can_overrule_the_pick(rt2, tmp_path, monkeypatch):
+    """legionpy/mapper/resolve.py: a judge installed from above (legionpy
+    train's: the local machine model) keeps the search's pick only if it
+    times it at least as fast as data, model and owt; a judge answering None
+    (another machine) leaves it; with no judge the pick stands."""
+    from legionpy.mapper import resolve
+    from legionpy.optimizer import Machine, Strategy
+
+    monkeypatch.setenv("LEGIONPY_CACHE", str(tmp_path))
+    monkeypatch.setenv("LEGIONPY_SEARCH_ITERATIONS", "30")
+    g = tiny().graph
+    machine = Machine.local(2)
+    plain = resolve.search_strategy(g, machine)
+    model = Strategy.resolve("model", g, machine)
+    assert plain != model  # the search's own pick on this tiny model
+    seen = []
+
+    def judge(graph, s, m):
+        seen.append(s)
+        return 0.5 if s == model else 1.0  # model parallelism times fastest
+
+    monkeypatch.setattr(resolve, "_judge", None)
+    resolve.set_search_judge(judge)
+    try:
+        assert resolve.search_strategy(g, machine) == model
+        assert len(seen) == 4  # the pick, then data, model and owt
+        resolve.set_search_judge(lambda graph, s, m: None)
+        assert resolve.search_strategy(g, machine) == plain
+    finally:
+        resolve.set_search_judge(None)
+    assert resolve.search_strategy(g, machine) == plain
