@@ -40,7 +40,7 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   interpreter lock's hold of a kernel
   (:func:`~legionpy.probe.overhead.measure_lock_hold`), the cores and the
   control threads; :func:`runtime_overhead` caches the result
-  per machine in ``$LEGIONPY_CACHE/overhead-v8-MACHINE.json``.
+  per machine in ``$LEGIONPY_CACHE/overhead-v9-MACHINE.json``.
 """
 
 from __future__ import annotations
@@ -327,7 +327,7 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
 def _overhead_path(machine_name: str) -> str:
 
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", machine_name)
-    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v8-{safe}.json")
+    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v9-{safe}.json")
 
 
 def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
@@ -379,8 +379,8 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
 def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
                      verbose: bool = False) -> RuntimeOverhead:
     """The runtime's overhead on this machine, cached per machine name in
-    ``$LEGIONPY_CACHE/overhead-v8-NAME[-bound].json`` (``-bound``: the ranks
-    were bound to their cores, legionpy/affinity.py; ``overhead-v8-empty-NAME.json``
+    ``$LEGIONPY_CACHE/overhead-v9-NAME[-bound].json`` (``-bound``: the ranks
+    were bound to their cores, legionpy/affinity.py; ``overhead-v9-empty-NAME.json``
     for ``source="empty"``); collective under MPI. ``source``: ``"layer"``
     (default, :func:`calibrated_overhead`) or ``"empty"``
     (:func:`measure_runtime_overhead`, empty tasks, no CPU model)."""

@@ -507,7 +507,11 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list, req
         if t["kind"] == "collective" and t["device"].startswith("comm:"):
             spans = {_process_of(f"comm:{k}", proc) for k in _comm_members(t["device"])}
             if len(spans) > 1:  # every member rank's thread waits on it, as a copy's two
-                weight[-1] = float(len(spans))
+                # ... busy while the data moves (the machine model's time); the
+                # rest of the measured transport time (coll_s) it naps between
+                # polls (runtime/mpi.py Cluster.wait), leaving its core
+                busy = min(1.0, t["duration_s"] / dur[i]) if dur[i] > 0 else 1.0
+                weight[-1] = float(len(spans)) * busy
                 spread[-1] = tuple(sorted(spans))
                 python.append(min(1.0, min(dur[i], g) / dur[i]) if dur[i] > 0 else 0.0)
                 continue
@@ -523,7 +527,7 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list, req
                        cores=overhead.cores, switch=overhead.gil_switch,
                        control=[clock] * ranks, weight=weight, wake=overhead.wake_s,
                        fair=overhead.gil_order == "fair",
-                       yields=[w > 1 for w in weight], spread=spread,
+                       yields=[bool(sp) for sp in spread], spread=spread,
                        core_groups=_core_groups(overhead) if overhead.bound else None,
                        control_after=loss)
     return r["end"], r["start"], r["admit"], max(

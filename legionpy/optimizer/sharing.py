@@ -170,8 +170,8 @@ def _share_groups(threads: Sequence[tuple], x: list[float],
     takes the smallest of their factors."""
     def spans(th: tuple) -> tuple:
         procs = th[4] if len(th) > 4 and th[4] else (th[0],)
-        # the thread's cores, one per process it keeps busy (default: all its own)
-        each = 1.0 if len(procs) > 1 else (th[2] if len(th) > 2 else 1.0)
+        # the thread's cores (default 1), shared alike by the processes it keeps busy
+        each = (th[2] if len(th) > 2 else 1.0) / len(procs)
         return tuple((core_groups.get(p, (p, 1.0))[0], each) for p in procs)
 
     load: dict[int, float] = {}
