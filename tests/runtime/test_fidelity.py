@@ -65,6 +65,14 @@ def test_zero_overhead_reproduces_the_simulator():
         assert r["iteration_time_s"] == pytest.approx(t, rel=1e-9)
 
 
+def hand_tg(tasks: list[tuple], deps: list[list[int]]) -> dict:
+    """A task graph by hand: ``(name, kind, device, seconds[, bytes])`` per task."""
+    return {"tasks": [{"id": i, "name": t[0], "kind": t[1], "device": t[2],
+                       "duration_s": t[3], "bytes": t[4] if len(t) > 4 else 0}
+                      for i, t in enumerate(tasks)],
+            "deps": deps}
+
+
 def test_control_thread_and_task_overhead_by_hand():
     # a -> b on one device, c independent on another; launch order a, b, c
     tg = {"tasks": [{"id": 0, "name": "F:x[0]", "kind": "compute", "device": "cpu0",
@@ -242,13 +250,8 @@ def test_two_ranks_with_a_collective_run_their_devices_in_parallel_by_hand():
     # comm:0-1. Each rank has its own interpreter lock, so the two devices'
     # all-Python tasks overlap; the communicator is not a device (counting it
     # once put both devices in one process, whose lock serialised them)
-    tg = {"tasks": [{"id": 0, "name": "B:x[0]", "kind": "compute", "device": "cpu0",
-                     "duration_s": 1.0, "bytes": 0},
-                    {"id": 1, "name": "B:x[1]", "kind": "compute", "device": "cpu1",
-                     "duration_s": 1.0, "bytes": 0},
-                    {"id": 2, "name": "AR:b0.0", "kind": "collective", "device": "comm:0-1",
-                     "duration_s": 0.1, "bytes": 8}],
-          "deps": [[0, 2], [1, 2]]}
+    tg = hand_tg([("B:x[0]", "compute", "cpu0", 1.0), ("B:x[1]", "compute", "cpu1", 1.0),
+                  ("AR:b0.0", "collective", "comm:0-1", 0.1, 8)], [[0, 2], [1, 2]])
     ovh = RuntimeOverhead(cores=2, control_threads=2, gil_kernel_s=10.0, launch_s=0.0,
                           task_s=0.0)
     r = simulate_with_runtime(tg, ovh, None, pipelined=True)
@@ -265,11 +268,7 @@ def test_bound_ranks_share_only_their_own_cores_by_hand():
     # share both cores (2/3 each: the kernel ends at 1.5 s); each rank bound
     # to its own core (legionpy/affinity.py), rank 0's kernel shares core 0
     # with rank 0's control thread alone (1/2 each: it ends at 2 s)
-    tg = {"tasks": [{"id": 0, "name": "F:x[0]", "kind": "compute", "device": "cpu0",
-                     "duration_s": 1.0, "bytes": 0},
-                    {"id": 1, "name": "F:x[1]", "kind": "compute", "device": "cpu1",
-                     "duration_s": 1e-9, "bytes": 0}],
-          "deps": []}
+    tg = hand_tg([("F:x[0]", "compute", "cpu0", 1.0), ("F:x[1]", "compute", "cpu1", 1e-9)], [])
     ovh = RuntimeOverhead(cores=2, control_threads=2, gil_kernel_s=0.0, step_s=1.0)
     free = simulate_with_runtime(tg, ovh, None, pipelined=True)
     bound = simulate_with_runtime(tg, replace(ovh, bound=True), None, pipelined=True)
@@ -330,13 +329,9 @@ def test_collectives_between_ranks_take_the_measured_transport_time_by_hand():
     # coll_s + coll_byte_s * bytes (probe.overhead.measure_mpi_collectives)
     # floors a collective whose members live in two processes; the same
     # collective inside one process keeps the machine model's time
-    tg = {"tasks": [{"id": 0, "name": "RS:b0.0", "kind": "collective", "device": "comm:0-1",
-                     "duration_s": 1e-5, "bytes": 1000},
-                    {"id": 1, "name": "U:b0.0[0]", "kind": "update", "device": "cpu0",
-                     "duration_s": 1e-6, "bytes": 0},
-                    {"id": 2, "name": "U:b0.0[1]", "kind": "update", "device": "cpu1",
-                     "duration_s": 1e-6, "bytes": 0}],
-          "deps": [[0, 1], [0, 2]]}
+    tg = hand_tg([("RS:b0.0", "collective", "comm:0-1", 1e-5, 1000),
+                  ("U:b0.0[0]", "update", "cpu0", 1e-6), ("U:b0.0[1]", "update", "cpu1", 1e-6)],
+                 [[0, 1], [0, 2]])
     ovh = RuntimeOverhead(cores=2, control_threads=2, coll_s=0.25, coll_byte_s=1e-4)
     r = simulate_with_runtime(tg, ovh, None, pipelined=True)
     assert r["task_end_s"][0] - r["task_start_s"][0] == pytest.approx(0.35)
