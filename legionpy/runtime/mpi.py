@@ -128,7 +128,7 @@ class Cluster:
         same = [r for r, h in enumerate(self.hosts) if h == self.host]
         self.local_rank, self.local_size = same.index(self.rank), len(same)
         # each rank of the node on its own cores, before this process starts
-        # its threads (runtime/affinity.py; LEGIONPY_BIND=0: not)
+        # its threads (legionpy/affinity.py; LEGIONPY_BIND=0: not)
         self.cores = affinity.bind_rank(self.local_rank, self.local_size)
         self.failure: str | None = None
         self.sched_ref: Callable[[], Any] = lambda: None
