@@ -119,10 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         return over_processes(args, sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("LEGIONPY_SEARCH_BUDGET", "2")
 
-    from legionpy.mapper.resolve import set_search_judge
-    from legionpy.measure import local_judge, runtime_overhead
-
-    set_search_judge(local_judge)  # the search row picks as `legionpy train` picks
+    from legionpy.measure import judge_searches, runtime_overhead
     from legionpy.models.training import parse_sizes, start_runtime
     from legionpy.optimizer import Machine
 
@@ -167,8 +164,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"{cal.get('stream_together_s', 0) * 1e3:.2f} ms")
     regimes = ("overhead", "kernel") if args.regime == "both" else (args.regime,)
     out = {}
-    for regime in regimes:
-        out[regime] = run_regime(regime, args, machine, overhead, sizes, root)
+    with judge_searches():  # the search row picks as `legionpy train` picks
+        for regime in regimes:
+            out[regime] = run_regime(regime, args, machine, overhead, sizes, root)
     if args.json and root:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1, default=str)

@@ -39,11 +39,8 @@ BASELINES = ("data", "model", "owt")
 
 
 def run_model(name: str, args, root: bool) -> dict:
-    from legionpy.mapper.resolve import set_search_judge
-    from legionpy.measure import local_judge, train_prediction
+    from legionpy.measure import train_prediction
     from legionpy.models.training import train
-
-    set_search_judge(local_judge)  # "search" picks as `legionpy train --strategy search` does
 
     strategies = ("search",) + BASELINES
     runs: dict[str, list[dict]] = {s: [] for s in strategies}
@@ -103,7 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         print("per strategy: measured / predicted at the measured load / predicted for the "
               "machine to itself, ms per step")
     t0 = time.perf_counter()
-    results = [run_model(name, args, root) for name in args.models.split(",")]
+    from legionpy.measure import judge_searches
+
+    with judge_searches():  # "search" picks as `legionpy train --strategy search` does
+        results = [run_model(name, args, root) for name in args.models.split(",")]
     if root:
         ok_r = sum(r["ratio_met"] for r in results)
         ok_p = sum(r["prediction_met"] for r in results)

@@ -65,10 +65,8 @@ def _judged(found: Strategy, graph: Any, machine: Any) -> Strategy:
         return found
     for name in JUDGED_BASELINES:
         try:
-            s = Strategy.resolve(name, graph, machine)
-            for op in graph.ops:
-                check_tiling(op, s[op.name].degrees)
-        except StrategyError:
+            s = resolve_strategy(name, graph, machine)
+        except StrategyError:  # this baseline does not fit the model
             continue
         t = _judge(graph, s, machine)
         if t is not None and t < best_t:

@@ -40,7 +40,7 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   interpreter lock's hold of a kernel
   (:func:`~legionpy.probe.overhead.measure_lock_hold`), the cores and the
   control threads; :func:`runtime_overhead` caches the result
-  per machine in ``$LEGIONPY_CACHE/overhead-v9-MACHINE.json``.
+  per machine in ``$LEGIONPY_CACHE/overhead-v9-MACHINE[-bound].json``.
 """
 
 from __future__ import annotations

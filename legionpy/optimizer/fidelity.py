@@ -49,7 +49,7 @@ stretched by the measured slowdown of a GEMM / a memory-bound stream run on
 every device at once (interpolated by arithmetic intensity), unless the
 cost model is ``"contended"`` (kernels profiled with the other devices
 busy). The figures are cached per machine in
-``$LEGIONPY_CACHE/overhead-v6-MACHINE.json``.
+``$LEGIONPY_CACHE/overhead-v9-MACHINE[-bound].json``.
 
 The interpreter lock and the cores are *processor-shared* (issue 26,
 :mod:`.sharing`): every device and link is a thread of its process (devices
@@ -57,17 +57,19 @@ numbered rank-major, ``control_threads`` processes). A task's Python work
 -- its worker overhead, the first ``gil_kernel_s`` of its kernel (numpy's
 dispatch and small loops; larger loops release the lock) and a copy's
 ``copy_s`` -- is interleaved with the rest of it; a process's running
-threads get its lock first come, first served (the control thread, which
-runs ``control_s`` of every task from the step's start when pipelined,
-first), so small-kernel tasks of one process run one at a time and
-lock-releasing ones overlap, slowed by ``gil_switch`` while they
-interleave; a worker whose queue was empty wakes in ``wake_s``; a copy
-between two processes keeps a core busy on each side (both wait on the
-transfer); all threads share ``cores``. So two Python-bound tasks of one
-process take twice as long as one, and of two processes (``mpirun``) as
-long as one. Each device and link stays FIFO in order of readiness: the
-task graph and every resource's order are the simulator's, only the
-durations stretch. These terms are fitted on synthetic models
+threads get its lock first come, first served (the control thread first:
+pipelined, it runs ``control_s`` of every task from when the step's loss
+arrives, as ``fit`` launches the next step then), so small-kernel tasks of
+one process run one at a time and lock-releasing ones overlap, slowed by
+``gil_switch`` while they interleave; a worker whose queue was empty wakes
+in ``wake_s``; a copy between two processes keeps a core busy on each side
+(both wait on the transfer); all threads share ``cores`` (ranks bound to
+their own blocks of them, ``bound``, share only their block:
+legionpy/affinity.py). So two Python-bound tasks of one process take twice
+as long as one, and of two processes (``mpirun``) as long as one. Each
+device and link stays FIFO in order of readiness: the task graph and every
+resource's order are the simulator's, only the durations stretch. These
+terms are fitted on synthetic models
 (:func:`legionpy.measure.calibration.fit_lock_terms`). ``gil_kernel_s``
 None (or ``cores`` 0) turns the sharing off: a plain list schedule (only
 the ``gil_bound_s`` bound remains).
@@ -394,18 +396,17 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
            else t["duration_s"] * scale[i]
            + overhead.worker_s(reqs[i], t["name"].startswith("B:"))
            for i, t in enumerate(tasks)]
+    proc = _processes(tasks, overhead.control_threads)
     if overhead.coll_s or overhead.coll_byte_s:  # collectives between ranks, as measured
-        proc = _processes(tasks, overhead.control_threads)
         for i, t in enumerate(tasks):
-            if t["kind"] == "collective" and t["device"].startswith("comm:") and len(
-                    {_process_of(f"comm:{k}", proc) for k in _comm_members(t["device"])}) > 1:
+            if t["kind"] == "collective" and _spanned(t, proc):
                 dur[i] = max(t["duration_s"],
                              overhead.coll_s + overhead.coll_byte_s * float(t.get("bytes", 0)))
     # the interpreter lock and the cores, processor-shared (issue 26, optimizer/sharing.py)
     locks = overhead.gil_kernel_s is not None and overhead.cores > 0
     if locks:
         loss = _loss_tasks(tasks, graph) if pipelined else []
-        end, starts, admit, ctl_end = _shared_schedule(tasks, succs, dur, scale, reqs,
+        end, starts, admit, ctl_end = _shared_schedule(tasks, succs, dur, scale, proc,
                                                        issued, overhead, pipelined, clock,
                                                        loss)
         busy = {}  # wall seconds, stretched by the sharing (as a trace measures them)
@@ -469,8 +470,9 @@ def _list_schedule(tasks: list[dict], preds: list, succs: list, dur: list,
     return end, [end[i] - dur[i] for i in range(n)], busy, [0.0] * n
 
 
-def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list, reqs: list,
-                     issued: list, overhead: RuntimeOverhead, pipelined: bool,
+def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list,
+                     proc: dict[str, int], issued: list, overhead: RuntimeOverhead,
+                     pipelined: bool,
                      clock: float, loss: Sequence[int] = ()) -> tuple:
     """:func:`~legionpy.optimizer.sharing.share_schedule` of the tasks (module
     doc): a task's Python work is its worker overhead and the first
@@ -485,36 +487,26 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list, req
     from .sharing import share_schedule
 
     n = len(tasks)
-    proc = _processes(tasks, overhead.control_threads)
     g = overhead.gil_kernel_s or 0.0
     procs, python, weight, spread = [], [], [], []
     for i, t in enumerate(tasks):
         procs.append(_process_of(t["device"], proc))
+        span = _spanned(t, proc)
+        spread.append(span)
+        if span:
+            # between processes: every member rank's link or communicator
+            # thread waits on the transfer (spinning with time.sleep(0), then
+            # napping: runtime/mpi.py Cluster.wait), using a core, and giving
+            # the lock up at every turn (no hand-over cost) beyond the send's
+            # dispatch; a collective's members are busy only while the data
+            # moves (the machine model's time), napping between polls for the
+            # rest of the measured transport time (coll_s), leaving their cores
+            busy = min(1.0, t["duration_s"] / dur[i]) \
+                if t["kind"] == "collective" and dur[i] > 0 else 1.0
+            weight.append(len(span) * busy)
+            python.append(min(1.0, min(dur[i], g) / dur[i]) if dur[i] > 0 else 0.0)
+            continue
         weight.append(1.0)
-        spread.append(())
-        if t["kind"] == "copy" and "->" in t["device"]:
-            dst = proc.get(t["device"].split("->")[1].split("/")[0], procs[-1])
-            if dst != procs[-1]:
-                spread[-1] = (procs[-1], dst)
-                # between two processes: both ranks' link threads wait on the
-                # transfer (spinning with time.sleep(0), then napping:
-                # runtime/mpi.py Cluster.wait), using cores, and giving the
-                # lock up at every turn (no hand-over cost) beyond the send's
-                # dispatch
-                weight[-1] = 2.0
-                python.append(min(1.0, min(dur[i], g) / dur[i]) if dur[i] > 0 else 0.0)
-                continue
-        if t["kind"] == "collective" and t["device"].startswith("comm:"):
-            spans = {_process_of(f"comm:{k}", proc) for k in _comm_members(t["device"])}
-            if len(spans) > 1:  # every member rank's thread waits on it, as a copy's two
-                # ... busy while the data moves (the machine model's time); the
-                # rest of the measured transport time (coll_s) it naps between
-                # polls (runtime/mpi.py Cluster.wait), leaving its core
-                busy = min(1.0, t["duration_s"] / dur[i]) if dur[i] > 0 else 1.0
-                weight[-1] = float(len(spans)) * busy
-                spread[-1] = tuple(sorted(spans))
-                python.append(min(1.0, min(dur[i], g) / dur[i]) if dur[i] > 0 else 0.0)
-                continue
         if t["kind"] == "copy":
             py = overhead.copy_s + min(t["duration_s"], g)
         else:
@@ -526,8 +518,7 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list, req
                        [0.0] * n if pipelined else list(issued), succs,
                        cores=overhead.cores, switch=overhead.gil_switch,
                        control=[clock] * ranks, weight=weight, wake=overhead.wake_s,
-                       fair=overhead.gil_order == "fair",
-                       yields=[bool(sp) for sp in spread], spread=spread,
+                       fair=overhead.gil_order == "fair", spread=spread,
                        core_groups=_core_groups(overhead) if overhead.bound else None,
                        control_after=loss)
     return r["end"], r["start"], r["admit"], max(
@@ -588,6 +579,21 @@ def _comm_members(resource: str) -> list[int]:
         if a.isdigit():
             out.extend(range(int(a), int(b if b.isdigit() else a) + 1))
     return out
+
+
+def _spanned(task: dict, proc: dict[str, int]) -> tuple[int, ...]:
+    """The processes a copy or collective between ranks keeps busy (a copy's
+    sender and receiver; a communicator's members' ranks, sorted); ``()``
+    for any task inside one process."""
+    res = task["device"]
+    if task["kind"] == "copy" and "->" in res:
+        src = _process_of(res, proc)
+        dst = proc.get(res.split("->")[1].split("/")[0], src)
+        return (src, dst) if dst != src else ()
+    if task["kind"] == "collective" and res.startswith("comm:"):
+        spans = {_process_of(f"comm:{k}", proc) for k in _comm_members(res)}
+        return tuple(sorted(spans)) if len(spans) > 1 else ()
+    return ()
 
 
 def _process_of(resource: str, proc: dict[str, int]) -> int:

@@ -195,7 +195,6 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
                    succs: Sequence[Sequence[int]], cores: float = 0.0, switch: float = 0.0,
                    control: Sequence[float] = (), weight: Sequence[float] | None = None,
                    wake: float = 0.0, fair: bool = True,
-                   yields: Sequence[bool] | None = None,
                    spread: Sequence[tuple[int, ...]] | None = None,
                    core_groups: dict[int, tuple[int, float]] | None = None,
                    control_after: Sequence[int] = ()) -> dict:
@@ -216,13 +215,14 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
     core or lock used meanwhile; a task queued while the resource is busy
     starts as the previous one ends. ``fair`` False: the lock goes first
     come, first served (:func:`share_rates`), a thread keeping its seniority
-    while it has work queued. ``yields[i]``: task i's thread gives the lock
-    up whenever another wants it (:func:`share_rates`). ``core_groups``:
-    the processes' cores when each is bound to its own (:func:`share_rates`);
-    ``spread[i]``: the processes whose cores task i keeps busy (a copy or
-    collective between ranks; default its own). Returns ``{"start", "end"}`` per task
-    (``start``: when its work begins -- after any wake-up, and once it gets
-    a share of its lock), ``"admit"`` (when it got its resource) and
+    while it has work queued. ``spread[i]``: the processes whose cores task
+    i keeps busy (a copy or collective between ranks; default its own); such
+    a task's thread waits on the transfer and gives the lock up whenever
+    another wants it (``yields``, :func:`share_rates`). ``core_groups``: the
+    processes' cores when each is bound to its own (:func:`share_rates`).
+    Returns ``{"start", "end"}`` per task (``start``: when its work begins
+    -- after any wake-up, and once it gets a share of its lock), ``"admit"``
+    (when it got its resource), and ``"control_start"`` and
     ``"control_end"`` per process.
     """
     n = len(res)
@@ -248,6 +248,11 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
     trigger = set(control_after)
     control_start = [0.0] * len(control)
 
+    def task_entry(i: int) -> list:
+        span = spread[i] if spread is not None else ()
+        return [work[i], proc[i], python[i], i, 1.0 if weight is None else weight[i],
+                bool(span), span]
+
     def start_control() -> None:
         for p, c in enumerate(control):
             control_start[p] = t
@@ -272,18 +277,16 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
                 r, i = heapq.heappop(q)
                 busy.add(name)
                 start[i] = admit[i] = t
-                if r > idle_since.get(name, float("-inf")):  # idle until now
+                idle = r > idle_since.get(name, float("-inf"))  # idle until now
+                if idle:
                     events += 1
                     senior[name] = events
-                if wake > 0 and r > idle_since.get(name, float("-inf")):
+                if wake > 0 and idle:
                     # the thread slept on its empty queue: it wakes first
                     running[name] = [wake, proc[i], 0.0, i, 0.0, True, ()]
                     waking.add(name)
                 else:
-                    running[name] = [work[i], proc[i], python[i], i,
-                                     1.0 if weight is None else weight[i],
-                                     bool(yields is not None and yields[i]),
-                                     spread[i] if spread is not None else ()]
+                    running[name] = task_entry(i)
                 dirty = True
         if dirty:
             keys = sorted(running, key=lambda k: senior.get(k, 0)) if not fair else list(running)
@@ -316,10 +319,7 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
                 waking.discard(k)
                 i = running[k][3]
                 start[i] = t
-                running[k] = [work[i], proc[i], python[i], i,
-                              1.0 if weight is None else weight[i],
-                              bool(yields is not None and yields[i]),
-                              spread[i] if spread is not None else ()]
+                running[k] = task_entry(i)
                 if work[i] > _EPS * max(1.0, t):
                     continue
                 running.pop(k)
