@@ -12,7 +12,9 @@ returns a plain dict (what ``--json`` prints):
 "seconds", "measured_iteration_s", "background_cores", "cuda_graphs"}``;
 ``cuda_graphs``: the CUDA graph counters of runtime/graphs.py (segments
 ``captured``, graph ``launched``, op bodies ``replaced`` by launches; all 0
-on CPU devices or with ``LEGIONPY_CUDA_GRAPHS=0``);
+on CPU devices or with ``LEGIONPY_CUDA_GRAPHS=0``; ``off_because``: why
+the GPU backend cannot use them, as with CuPy 14, which refuses cuBLAS
+calls during a capture, else None);
 ``samples_per_s`` counts the steps after the first (which pays for first-touch
 allocation), or all of them when there is one step; ``measured_iteration_s``
 is the steady-state seconds per step (after the first three: the traced loop
@@ -156,8 +158,9 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
             "final_loss": losses[-1] if losses else None, "losses": losses,
             "samples_per_s": timed * b / max(span, 1e-9), "seconds": end - t0,
             "measured_iteration_s": steady, "background_cores": bg,
-            "cuda_graphs": {k: rt.tracer.graphs.stats[k]
-                            for k in ("captured", "launched", "replaced")}}
+            "cuda_graphs": {**{k: rt.tracer.graphs.stats[k]
+                               for k in ("captured", "launched", "replaced")},
+                            "off_because": rt.tracer.graphs.why_off}}
 
 
 def parse_sizes(pairs: list[str]) -> dict[str, Any]:

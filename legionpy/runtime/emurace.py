@@ -53,7 +53,8 @@ import threading
 import weakref
 from typing import Any
 
-from ..errors import DeviceError
+from ..errors import DeviceError, GraphCaptureError
+from .emugraph import capturing
 
 __all__ = ["Stream", "Event", "Buf", "current_stream", "legacy_stream", "host_clock",
            "synchronize_device", "stats_into", "reset_counts", "explicit_stream"]
@@ -133,11 +134,27 @@ class Stream:
         self.vc[self.id] = self.seq
         return self.seq
 
+    def is_capturing(self) -> bool:
+        """``cupy.cuda.Stream.is_capturing``: this thread captures this stream
+        (runtime/emugraph.py)."""
+        cap = capturing()
+        return cap is not None and cap.stream is self
+
     def wait_event(self, ev: Event) -> None:
-        """Kernels enqueued later run after the work ``ev`` recorded."""
+        """Kernels enqueued later run after the work ``ev`` recorded. A
+        capturing stream may wait only on events recorded in its own capture:
+        CUDA refuses a dependency on uncaptured work
+        (``cudaErrorStreamCaptureIsolation``) and invalidates the capture."""
         if ev.vc is None:
             raise DeviceError(f"{self.name} waits on an event that was never recorded: "
                               "record it on the producing stream first")
+        cap = capturing()
+        if cap is not None and cap.stream is self and ev.capture is not cap:
+            if cap.invalid is None:
+                cap.invalid = "a wait on an event recorded outside the capture"
+            raise GraphCaptureError(f"{self.name} waits, while capturing, on an event recorded "
+                                    "outside the capture: dependency created on uncaptured "
+                                    "work in another stream (cudaErrorStreamCaptureIsolation)")
         with _lock:
             vc = self.vc
             for k, v in ev.vc.items():
@@ -171,12 +188,15 @@ class Event:
                  interprocess: bool = False) -> None:
         self.vc: dict[int, int] | None = None
         self.stream: Stream | None = None
+        self.capture: Any = None  # the capture (emugraph) it was last recorded in, if any
 
     def record(self, stream: Stream | None = None) -> None:
         s = stream if stream is not None else current_stream()
+        cap = capturing()
         with _lock:
             self.vc = dict(s.vc)
             self.stream = s
+            self.capture = cap if cap is not None and cap.stream is s else None
             counts["events"] += 1
 
     def synchronize(self) -> None:

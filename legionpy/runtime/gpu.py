@@ -62,6 +62,8 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -70,7 +72,8 @@ from ..errors import MachineError
 
 __all__ = ["gpus_per_rank", "ordinal", "zeros", "copy_to", "copy_into",
            "to_host", "from_host", "ipc_possible", "ipc_send", "ipc_recv", "visible_gpus",
-           "backend", "on_array", "close_all", "is_gpu", "label"]
+           "backend", "on_array", "close_all", "is_gpu", "label", "stream_wait",
+           "deferring_waits"]
 
 _base = 0  # local_rank * gpus per rank, set by gpus_per_rank
 _visible: int | None = None
@@ -191,6 +194,35 @@ def backend() -> Any:
     if _backend is None or _backend.name != backend_name():
         _backend = _Emulated() if backend_name() == "emulated" else _Cupy()
     return _backend
+
+
+_waits = threading.local()  # .deferred: the waits of the capture this thread runs
+
+
+@contextlib.contextmanager
+def deferring_waits() -> Iterator[list]:
+    """While a CUDA graph is captured in this thread (runtime/graphs.py):
+    :func:`stream_wait` collects its events into the list yielded instead
+    of enqueuing the waits. A capturing stream may not wait on an event
+    recorded outside the capture: CUDA refuses it
+    (``cudaErrorStreamCaptureIsolation``, found on an H100; the emulated
+    GPUs refuse it too). The capture's launch waits on them instead."""
+    prev = getattr(_waits, "deferred", None)
+    _waits.deferred = got = []
+    try:
+        yield got
+    finally:
+        _waits.deferred = prev
+
+
+def stream_wait(stream: Any, ev: Any) -> None:
+    """``stream.wait_event(ev)``, or, while this thread captures a graph,
+    note ``ev`` for the graph's launch (:func:`deferring_waits`)."""
+    deferred = getattr(_waits, "deferred", None)
+    if deferred is None:
+        stream.wait_event(ev)
+    else:
+        deferred.append(ev)
 
 
 def visible_gpus() -> int:

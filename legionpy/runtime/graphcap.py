@@ -22,7 +22,23 @@ from typing import Any
 from ..errors import GraphCaptureError
 from .body import PointBody
 
-__all__ = ["EmuCapture", "CupyCapture", "take_out", "reclaim", "buffer_keys"]
+__all__ = ["EmuCapture", "CupyCapture", "take_out", "reclaim", "buffer_keys", "cuda_refusal"]
+
+
+def cuda_refusal(exc: BaseException) -> str | None:
+    """Why CUDA (through CuPy) refused work while a stream captured, or None
+    for any other error: a ``CUDARuntimeError`` of the stream-capture family
+    (``cudaErrorStreamCapture*``: a host synchronisation, a wait on uncaptured
+    work, an invalidated capture) or CuPy's own refusal of a host transfer
+    (``RuntimeError: the current stream is capturing, ...``)."""
+    text = str(exc)
+    if type(exc).__name__ == "CUDARuntimeError" and "StreamCapture" in text:
+        return text
+    if isinstance(exc, RuntimeError) and "is capturing" in text:
+        return text
+    if isinstance(exc, NotImplementedError) and "during stream capture" in text:
+        return text  # CuPy 14: "calling cuBLAS API during stream capture is ... unsupported"
+    return None
 
 
 def take_out(inst: Any, buf: Any, memory: int) -> Any:
@@ -90,6 +106,15 @@ class EmuCapture:
 
     can_probe = True
 
+    @staticmethod
+    def unsupported() -> str | None:
+        return None
+
+    @staticmethod
+    def refusal(exc: BaseException) -> str | None:
+        """The emulation refuses with GraphCaptureError (runtime/emugraph.py)."""
+        return str(exc) if isinstance(exc, GraphCaptureError) else None
+
     def probe(self, k: int, run: Any) -> str | None:
         """Run ``run()`` live; the first host sync a capture would refuse."""
         with self.emu.Device(k):
@@ -105,10 +130,43 @@ class CupyCapture:
     the graph's life (``cupy.cuda.using_allocator``): the graph writes them."""
 
     can_probe = False  # CUDA has no way to ask; a failed capture runs its bodies again
+    refusal = staticmethod(cuda_refusal)
+    _why: Any = ()  # unsupported(), once per process: () not asked yet
 
     def __init__(self) -> None:
         import cupy
         self.cp = cupy
+
+    def unsupported(self) -> str | None:
+        """Why CuPy cannot capture a matrix product (cuBLAS), which nearly
+        every task issues, or None. CuPy 14.2 refuses every cuBLAS call
+        during a capture (NotImplementedError, seen on an H100; cupy/cupy
+        issue 6290): each task would then fail its capture and run live, so
+        graphs would add captures and save nothing. Asked once, by capturing
+        one small product on a scratch stream."""
+        cls = type(self)
+        if cls._why == ():
+            cls._why = self._try_cublas()
+        return cls._why
+
+    def _try_cublas(self) -> str | None:
+        cp = self.cp
+        try:
+            a = cp.ones((16, 16), cp.float32)
+            out = cp.empty_like(a)
+            s = cp.cuda.Stream(non_blocking=True)
+            with s:
+                s.begin_capture()
+                try:
+                    cp.matmul(a, a, out=out)
+                finally:
+                    graph = s.end_capture()
+            graph.launch(stream=s)
+            s.synchronize()
+        except Exception as exc:  # noqa: BLE001 - any failure: no graphs, said why
+            return (f"CuPy {cp.__version__} cannot capture a cuBLAS call "
+                    f"({type(exc).__name__}: {exc})")
+        return None
 
     def capture(self, k: int, stream: Any, run: Any) -> tuple[Any, list]:
         cp = self.cp

@@ -28,8 +28,9 @@ with the segment's last member; the runner waits for every outside
 dependence of the members and then
 
 - ``launch``: launches the segment's graph (the steady state);
-- ``probe`` (emulated backend, a segment's first run): runs the bodies live
-  under a probe that notes host synchronisations (those ops become live);
+- ``probe`` (a segment's first run): runs the bodies live; ops that return
+  a value and, on the emulated backend, ops that synchronise with the host
+  become live;
 - ``capture``: captures the members' bodies on the device's compute stream,
   ends the capture and launches the graph once (the next replay, or after an
   invalidation);
@@ -95,6 +96,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import GraphCaptureError, TaskError
+from . import gpu
 from .body import PointBody
 from .graphcap import CupyCapture, EmuCapture, buffer_keys, reclaim, take_out
 from .scheduler import Op
@@ -109,8 +111,14 @@ STALE_LIMIT = 2
 
 
 def enabled() -> bool:
-    """``LEGIONPY_CUDA_GRAPHS`` (default 1)."""
+    """``LEGIONPY_CUDA_GRAPHS``: unset (the default) or 1; 0 turns graphs off."""
     return os.environ.get("LEGIONPY_CUDA_GRAPHS", "1").strip() != "0"
+
+
+def forced() -> bool:
+    """``LEGIONPY_CUDA_GRAPHS=1``: graphs even where the backend cannot
+    capture every kernel (the ops it refuses run live)."""
+    return os.environ.get("LEGIONPY_CUDA_GRAPHS", "").strip() == "1"
 
 
 class Segment:
@@ -160,6 +168,14 @@ class Graphs:
         self.rt = rt
         self.on = enabled() and any(d.kind == "gpu" for d in rt.local)
         self.cap: Any = None  # the capture backend, made on first use
+        #: why graphs are off although asked for (the backend cannot capture)
+        self.why_off: str | None = None
+        if self.on and not forced():
+            self.why_off = self.backend().unsupported()
+            if self.why_off is not None:
+                self.on = False
+                _debug(rt, f"CUDA graphs are off: {self.why_off}; LEGIONPY_CUDA_GRAPHS=1 "
+                           "uses them anyway (the ops it refuses run live)")
         self.replays = 0  # replays started (a capture remembers which)
         #: ``captured``: segments captured; ``launched``: graph launches;
         #: ``replaced``: op bodies a launch replaced; ``live_runs``: segments
@@ -167,7 +183,7 @@ class Graphs:
         #: reduction buffer, a group's Python ran elsewhere);
         #: ``invalidated``: graphs dropped with their recording
         self.stats = {"captured": 0, "launched": 0, "replaced": 0, "live_runs": 0,
-                      "stale": 0, "invalidated": 0, "capture_failed": 0}
+                      "stale": 0, "invalidated": 0, "capture_failed": 0, "returned": 0}
 
     # -- plans ------------------------------------------------------------------------
     def start(self, rec: Any, cur: list[Op], begin: Op, ordered: str | None) -> Replay | None:
@@ -328,8 +344,7 @@ class Graphs:
 
     def backend(self) -> Any:
         if self.cap is None:
-            from .gpu import backend
-            self.cap = EmuCapture() if backend().name == "emulated" else CupyCapture()
+            self.cap = EmuCapture() if gpu.backend().name == "emulated" else CupyCapture()
         return self.cap
 
     def stream(self, seg: Segment) -> Any:
@@ -416,7 +431,7 @@ class Replay:
                 return self._live(seg, offs, ops)
             if seg.graph is not None:
                 return self._launch(seg, ops)
-            if not seg.probed and gr.backend().can_probe:
+            if not seg.probed:
                 return self._probe(seg, offs, ops)
             return self._capture(seg, offs, ops)
         runner.fn = run
@@ -430,10 +445,19 @@ class Replay:
         for op, body in ops:
             _run(op, body)
 
-    def _launch(self, seg: Segment, ops: list, replay: bool = True) -> None:
+    def _launch(self, seg: Segment, ops: list, replay: bool = True,
+                waits: list = ()) -> None:
+        """Launch the segment's graph; ``waits``: the events its capture
+        waited on (deferred, gpu.deferring_waits), waited on first."""
         gr = self.gr
         t0 = time.perf_counter()
-        gr.backend().launch(seg.graph, gr.stream(seg), seg.k)
+        be = gr.backend()
+        stream = gr.stream(seg)
+        if waits:
+            with gpu.backend().Device(seg.k):
+                for ev in waits:
+                    stream.wait_event(ev)
+        be.launch(seg.graph, stream, seg.k)
         t1 = time.perf_counter()
         for op, _ in ops:
             op.start, op.end = t0, t1
@@ -447,26 +471,34 @@ class Replay:
             gr.stats["replaced"] += len(ops)
 
     def _probe(self, seg: Segment, offs: list[int], ops: list) -> None:
-        """First run of a segment: its bodies run live, each under a probe
-        that notes the host synchronisations a capture would refuse; those
-        ops (and their groups) are live from now on, the rest is captured at
-        the next replay. (A capture that fails must run its bodies again,
-        Python side effects included; the probe runs each body once.)"""
+        """First run of a segment: its bodies run live; an op that returns a
+        value, or (where the backend can tell: the emulated one) makes a host
+        synchronisation a capture would refuse, is live from now on with its
+        group; the rest is captured at the next replay. (A capture that fails
+        must run its bodies again, Python side effects included; the probe
+        runs each body once. With CuPy a host synchronisation is found only
+        when a capture meets it, one op per replay; a value returned, as a
+        batch norm's statistics are, is found here.)"""
         gr, plan = self.gr, self.plan
         be = gr.backend()
         bad = {}
         for o, (op, body) in zip(offs, ops):
-            why = be.probe(seg.k, lambda op=op, body=body: _run(op, body))
+            def run(op: Op = op, body: Any = body) -> None:
+                _run(op, body)
+            why = be.probe(seg.k, run) if be.can_probe else run()
             if why:
                 bad[o] = why
+                gr.stats["capture_failed"] += 1
+            elif op.result is not None:
+                bad[o] = "it returns a value"
+                gr.stats["returned"] += 1
         seg.probed = True
         gr.ran_python(plan, seg, offs, self.number)
         if bad:
-            gr.stats["capture_failed"] += len(bad)
             gr.close_group(plan, set(bad))
             for o, why in bad.items():
                 _debug(gr.rt, f"trace {plan.rec.name!r}: {self.cur[o].describe()} cannot be "
-                              f"captured ({why}: a host synchronisation); it runs live from "
+                              f"captured ({why}); it runs live from "
                               "now on")
 
     def _capture(self, seg: Segment, offs: list[int], ops: list) -> None:
@@ -477,17 +509,19 @@ class Replay:
         keys = {k: red.get(k) for _, body in ops for k in buffer_keys(body)}
         seen: dict = {}  # key -> {id(array): (array, memory)} used during the capture
 
+        be = gr.backend()
+
         def bodies() -> None:
             for i, (op, body) in enumerate(ops):
                 at[0] = i
-                _run(op, body)
+                _run(op, body, be.refusal)
                 for k in keys:
                     e = red.get(k)
                     if e is not None:
                         seen.setdefault(k, {})[id(e[0])] = (e[0], inst.redmem.get(k, -1))
-        be = gr.backend()
         try:
-            graph, keep = be.capture(seg.k, gr.stream(seg), bodies)
+            with gpu.deferring_waits() as waits:
+                graph, keep = be.capture(seg.k, gr.stream(seg), bodies)
         except GraphCaptureError as exc:
             gr.stats["capture_failed"] += 1
             gr.close_group(plan, {offs[at[0]]})
@@ -524,7 +558,7 @@ class Replay:
         seg.when = self.number
         gr.ran_python(plan, seg, offs, self.number)
         gr.stats["captured"] += 1
-        self._launch(seg, ops, replay=False)
+        self._launch(seg, ops, replay=False, waits=waits)
 
     def _buffers(self, seg: Segment) -> bool:
         """Before a launch: are the reduction buffers the graph writes this
@@ -601,14 +635,20 @@ def _result(op: Op) -> Any:
     return op.result
 
 
-def _run(op: Op, body: Any) -> None:
-    """A member's body, as the scheduler would run it (times, result, errors)."""
+def _run(op: Op, body: Any, refusal: Any = None) -> None:
+    """A member's body, as the scheduler would run it (times, result, errors).
+    While capturing, ``refusal(exc)`` (the backend's) tells the backend
+    refusing the capture (raised as GraphCaptureError: the op runs live)
+    from an error of the task (raised as TaskError)."""
     op.start = time.perf_counter()
     try:
         op.result = body(op)
     except GraphCaptureError:
         raise
     except BaseException as exc:  # noqa: BLE001 - re-raised naming the member
+        why = refusal(exc) if refusal is not None else None
+        if why is not None:
+            raise GraphCaptureError(f"{op.describe()}: {why}") from exc
         raise TaskError(f"{op.describe()} raised {type(exc).__name__}: {exc}") from exc
     finally:
         op.end = time.perf_counter()

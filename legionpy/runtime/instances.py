@@ -348,7 +348,7 @@ class Instances:
         ev = self.grow_events.get(key)
         if ev is not None:
             from . import gpu
-            gpu.backend().current_stream().wait_event(ev)
+            gpu.stream_wait(gpu.backend().current_stream(), ev)
         return got
 
     def _drop_buffer(self, key: Any) -> None:
@@ -413,7 +413,7 @@ class Instances:
             from . import gpu
             s = gpu.backend().current_stream()
             for e in evs:
-                s.wait_event(e)
+                gpu.stream_wait(s, e)
         self._drop_buffer(key)
 
     def expect(self, consumers: dict, dying: set) -> None:

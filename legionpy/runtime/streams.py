@@ -459,7 +459,7 @@ class BufferPool:
         if ev is not None:
             b = gpu.backend()
             with b.Device(buf.device.id):
-                b.current_stream().wait_event(ev)
+                gpu.stream_wait(b.current_stream(), ev)
         return buf
 
     def give(self, memory: int, buf: Any) -> None:

@@ -34,7 +34,9 @@ def run_mpi(n: int, args: list[str], timeout: float = 120, env: dict | None = No
         pytest.skip("mpirun not found (install the mpich wheel: pip install mpich)")
     full_env = dict(os.environ)
     full_env.update({"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-                     "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+                     "MKL_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+                     # an Open MPI mpirun refuses root (containers, the lent GPU machines)
+                     "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
     full_env["PYTHONPATH"] = str(REPO) + os.pathsep + full_env.get("PYTHONPATH", "")
     if env:
         full_env.update(env)

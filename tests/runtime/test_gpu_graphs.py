@@ -89,6 +89,38 @@ def test_host_synchronisation_during_capture_raises_and_invalidates(sync):
         np.testing.assert_array_equal(a.get(), 1)  # the capture's work never ran
 
 
+def test_a_capturing_stream_may_wait_only_on_events_of_its_capture():
+    """CUDA: cudaErrorStreamCaptureIsolation (seen on an H100 when a capture
+    waited on a pooled buffer's last user)."""
+    from legionpy.runtime.emugpu import Event
+    with Device(0), Stream(0, "s") as s, Stream(0, "t") as t:
+        before = Event()
+        before.record(t)
+        emugraph.begin_capture(s, 0)
+        assert s.is_capturing() and not t.is_capturing()
+        inside = Event()
+        inside.record(s)
+        s.wait_event(inside)  # its own capture's event: fine
+        with pytest.raises(GraphCaptureError, match="cudaErrorStreamCaptureIsolation"):
+            s.wait_event(before)
+        with pytest.raises(GraphCaptureError, match="invalidated"):
+            emugraph.end_capture(s)
+        assert not s.is_capturing()
+
+
+def test_cupys_capture_refusals_are_told_from_task_errors():
+    from legionpy.runtime.graphcap import cuda_refusal
+
+    class CUDARuntimeError(RuntimeError):  # cupy_backends.cuda.api.runtime's, by name
+        pass
+    assert cuda_refusal(CUDARuntimeError("cudaErrorStreamCaptureIsolation: dependency "
+                                         "created on uncaptured work in another stream"))
+    assert cuda_refusal(RuntimeError("the current stream is capturing, so D2H transfers "
+                                     "are disallowed"))
+    assert cuda_refusal(CUDARuntimeError("cudaErrorMemoryAllocation: out of memory")) is None
+    assert cuda_refusal(ValueError("shapes (3,4) and (5,6) not aligned")) is None
+
+
 def test_abort_restores_and_captures_do_not_nest():
     with Device(0), Stream(0, "s") as s:
         a = xp.zeros(3, np.float32)
@@ -185,6 +217,33 @@ def test_an_op_that_syncs_the_host_stays_live_and_correct(emu):
     np.testing.assert_array_equal(x, _steps(7, extra=True))
 
 
+def test_without_a_probe_a_refused_capture_runs_the_op_live(emu, monkeypatch):
+    """CuPy's path: no probe can tell a host synchronisation, so the capture
+    meets it, and CuPy raises its own error (not GraphCaptureError) inside
+    the body. The runtime must tell that refusal from a failing task and run
+    the op live (on an H100 every such op failed its step instead)."""
+    from legionpy.runtime import graphcap
+
+    def refuse(what: str) -> None:
+        if emugraph.capturing() is not None:
+            emugraph.capturing().invalid = what
+            raise RuntimeError("the current stream is capturing, so D2H transfers are "
+                               "disallowed")
+    monkeypatch.setattr(graphcap.EmuCapture, "can_probe", False)
+    monkeypatch.setattr(graphcap.EmuCapture, "refusal", staticmethod(graphcap.cuda_refusal))
+    monkeypatch.setattr("legionpy.runtime.emugpu._sync", refuse)
+    rt = emu(2)
+    x = _steps(7, extra=True)
+    st = rt.tracer.graphs.stats
+    assert st["capture_failed"] >= 1 and st["launched"] > 0
+    live = rt.tracer.recordings["step"].gplan.live
+    assert "halve_if_big" in {rt.tracer.recordings["step"].ops[o].name for o in live}
+    lr.shutdown()
+    monkeypatch.undo()
+    emu(2, graphs=False)
+    np.testing.assert_array_equal(x, _steps(7, extra=True))
+
+
 def test_a_grown_instance_makes_graphs_stale(emu):
     rt = emu(2)
     R = lp.Region((40,), {"x": np.float32, "y": np.float32})
@@ -261,6 +320,18 @@ def test_fit_with_graphs_equals_fit_without(emu, model, strategy, opt, n):
         np.testing.assert_array_equal(params[k], params0[k])
 
 
+def test_a_fit_captures_every_op_that_neither_syncs_nor_returns(emu):
+    """A body that waits on an event recorded before the capture (a pooled
+    buffer's last user, a reduction buffer's grower) has the wait deferred to
+    the graph's launch: CUDA refuses it inside a capture
+    (cudaErrorStreamCaptureIsolation, found on an H100; the emulation refuses
+    it too). No op of a one-GPU fit syncs the host, so every capture works."""
+    rt = emu(1)
+    _fit("mlp", "data", lp.nn.SGD(lr=0.05, momentum=0.9), steps=8)
+    st = dict(rt.tracer.graphs.stats)
+    assert st["capture_failed"] == 0 and st["captured"] > 0 and st["launched"] > 0
+
+
 def _embedding_fit(steps: int = 10) -> tuple:
     """A model whose sparse embedding update touches a different number of
     rows at each step (issue 22: its captured update was relaunched with
@@ -328,6 +399,27 @@ def test_set_strategy_drops_the_graphs(emu):
     assert st["captured"] > captured  # the new strategy's steps were captured anew
 
 
+def test_a_backend_that_cannot_capture_replays_without_graphs(emu, monkeypatch):
+    """CuPy 14 refuses every cuBLAS call during a capture (seen on an H100):
+    graphs are then off unless LEGIONPY_CUDA_GRAPHS=1 asks for them."""
+    from legionpy.runtime import graphcap
+
+    why = "CuPy 14.2.0 cannot capture a cuBLAS call (NotImplementedError: ...)"
+    monkeypatch.setattr(graphcap.EmuCapture, "unsupported", staticmethod(lambda: why))
+    monkeypatch.delenv("LEGIONPY_CUDA_GRAPHS", raising=False)
+    monkeypatch.setenv("LEGIONPY_GPU_BACKEND", "emulated")
+    monkeypatch.setenv("LEGIONPY_GPUS", "2")
+    rt = lr.init(executor="threads")
+    assert not rt.tracer.graphs.on and rt.tracer.graphs.why_off == why
+    x = _steps(6)
+    assert rt.tracer.graphs.stats["captured"] == 0
+    lr.shutdown()
+    rt = emu(2)  # LEGIONPY_CUDA_GRAPHS=1: used anyway
+    assert rt.tracer.graphs.on and rt.tracer.graphs.why_off is None
+    np.testing.assert_array_equal(_steps(6), x)
+    assert rt.tracer.graphs.stats["captured"] > 0
+
+
 def test_legionpy_train_uses_graphs_on_emulated_gpus(monkeypatch):
     """``legionpy train`` (models.training.train) runs on the GPUs when GPUs
     are asked for, and replays its steps as graphs by default."""
@@ -341,3 +433,4 @@ def test_legionpy_train_uses_graphs_on_emulated_gpus(monkeypatch):
     finally:
         lr.shutdown()
     assert r["cuda_graphs"]["captured"] > 0 and r["cuda_graphs"]["launched"] > 0
+    assert r["cuda_graphs"]["off_because"] is None
