@@ -679,3 +679,47 @@ def test_copy_cost_fit_recovers_a_known_per_copy_cost():
     assert 3e-4 in COPY_GRID and all(r["copies"] > 0 for r in rows)
     assert fit_copy_cost(ovh, rows, graphs) == 3e-4
     assert fit_copy_cost(ovh, [dict(r, copies=0) for r in rows], graphs) == 0.0
+
+
+def _cached_calibration(cache, background: list[float]) -> str:
+    from legionpy.measure.calibration import _overhead_path
+
+    path = _overhead_path("local_2")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    figures = RuntimeOverhead(task_s=1e-5, cores=2, control_threads=1,
+                              machine="local:2").to_dict()
+    figures["calibration"] = {"rows": [{"background_cores": b} for b in background]}
+    with open(path, "w") as f:
+        json.dump(figures, f)
+    with open(os.path.join(cache, "costs-contended-cpu-2.json"), "w") as f:
+        json.dump({}, f)
+    return path
+
+
+@pytest.mark.parametrize("background,quiet,again", [
+    ([1.1, 1.3, 0.9], True, True),      # loaded, and quiet now: calibrated again
+    ([1.1, 1.3, 0.9], False, False),    # loaded, still busy: the cache is kept
+    ([0.0, 0.2, 0.0], True, False)])    # a quiet calibration is kept (not even sampled)
+def test_a_calibration_taken_under_load_is_redone_when_quiet(cache, rt2, monkeypatch, capsys,
+                                                             background, quiet, again):
+    from legionpy.measure import calibration
+
+    path = _cached_calibration(cache, background)
+    assert calibration.calibration_load(json.load(open(path))) == pytest.approx(
+        sorted(background)[1])
+    calls = []
+
+    def fresh(machine, verbose=False):
+        calls.append(machine.name)
+        return RuntimeOverhead(task_s=2e-5, cores=2, control_threads=1, machine=machine.name)
+
+    def sampled():
+        assert max(background) > calibration.LOADED_CORES, "a quiet calibration was sampled"
+        return quiet
+    monkeypatch.setattr(calibration, "calibrated_overhead", fresh)
+    monkeypatch.setattr(calibration, "_quiet_now", sampled)
+    ovh = calibration.runtime_overhead(Machine.local())
+    assert (calls == ["local:2"]) is again
+    assert ovh.task_s == pytest.approx(2e-5 if again else 1e-5)
+    assert os.path.exists(os.path.join(cache, "costs-contended-cpu-2.json")) is not again
+    assert ("calibrating again" in capsys.readouterr().err) is again
