@@ -76,7 +76,8 @@ def _configure(p) -> None:
     add_model_arguments(p)
     p.add_argument("--strategy", default="data",
                    help="data, model, owt, expert, megatron, hybrid (data across nodes, tensor "
-                        "inside), or a strategy JSON file")
+                        "inside), single (every op on the first device), or a strategy JSON "
+                        "file")
     p.add_argument("--trace", type=out_file, metavar="FILE",
                    help="write the simulated timeline (Perfetto JSON)")
     p.add_argument("--taskgraph", type=out_file, metavar="FILE",

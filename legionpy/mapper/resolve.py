@@ -19,10 +19,10 @@ predicted it). A judge installed from above (:func:`set_search_judge`;
 :func:`legionpy.measure.judge_searches` installs the local machine model's
 prediction, as ``legionpy train``, ``simulate --compare`` and the benches
 do; a program's own ``compile(strategy="search")`` runs without one unless
-it calls that) times the pick and
-the named baselines (data, model, owt) on the machine, and the fastest by
-it is used; a judge returning None for a machine (not this job's devices)
-leaves the pick alone. Collective under MPI: every rank judges, in the
+it calls that) times the pick and the named baselines (data, model, owt,
+and single: every op on the first device) on the machine, and the fastest
+by it is used; a judge returning None for a machine (not this job's
+devices) leaves the pick alone. Collective under MPI: every rank judges, in the
 same order.
 """
 
@@ -41,8 +41,10 @@ __all__ = ["resolve_strategy", "search_strategy", "set_search_judge", "search_ju
 
 #: ``(graph, strategy, machine) -> seconds per step, or None`` (module doc)
 _judge: Callable[[Any, Strategy, Any], float | None] | None = None
-#: the named strategies the judge weighs against the search's pick
-JUDGED_BASELINES = ("data", "model", "owt")
+#: the named strategies the judge weighs against the search's pick ("single":
+#: every op on the first device, which the search's kernel costs never favour
+#: but the interpreter lock often does on a few CPU cores)
+JUDGED_BASELINES = ("data", "model", "owt", "single")
 
 
 def set_search_judge(judge: Callable[[Any, Strategy, Any], float | None] | None) -> None:

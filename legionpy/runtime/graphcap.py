@@ -29,15 +29,17 @@ def cuda_refusal(exc: BaseException) -> str | None:
     """Why CUDA (through CuPy) refused work while a stream captured, or None
     for any other error: a ``CUDARuntimeError`` of the stream-capture family
     (``cudaErrorStreamCapture*``: a host synchronisation, a wait on uncaptured
-    work, an invalidated capture) or CuPy's own refusal of a host transfer
-    (``RuntimeError: the current stream is capturing, ...``)."""
+    work, an invalidated capture), CuPy's own refusal of a host transfer
+    (``RuntimeError: the current stream is capturing, ...``) or of a
+    library call (``NotImplementedError: calling cuBLAS API during stream
+    capture is currently unsupported``, CuPy 14)."""
     text = str(exc)
     if type(exc).__name__ == "CUDARuntimeError" and "StreamCapture" in text:
         return text
     if isinstance(exc, RuntimeError) and "is capturing" in text:
         return text
     if isinstance(exc, NotImplementedError) and "during stream capture" in text:
-        return text  # CuPy 14: "calling cuBLAS API during stream capture is ... unsupported"
+        return text
     return None
 
 

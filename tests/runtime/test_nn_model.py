@@ -200,7 +200,7 @@ def test_compile_installs_a_mapper_that_consults_the_optimizer(rt2):
 def test_a_search_judge_can_overrule_the_pick(rt2, tmp_path, monkeypatch):
     """legionpy/mapper/resolve.py: a judge installed from above (legionpy
     train's: the local machine model) keeps the search's pick only if it
-    times it at least as fast as data, model and owt; a judge answering None
+    times it at least as fast as data, model, owt and one device; a judge answering None
     (another machine) leaves it; with no judge the pick stands."""
     from legionpy.mapper import resolve
     from legionpy.optimizer import Machine, Strategy
@@ -222,7 +222,12 @@ def test_a_search_judge_can_overrule_the_pick(rt2, tmp_path, monkeypatch):
     resolve.set_search_judge(judge)
     try:
         assert resolve.search_strategy(g, machine) == model
-        assert len(seen) == 4  # the pick, then data, model and owt
+        assert len(seen) == 5  # the pick, then data, model, owt and single
+        single = Strategy.resolve("single", g, machine)
+        assert all(c.degrees == (1,) * len(c.degrees) and c.devices == (0,)
+                   for c in single.values())
+        resolve.set_search_judge(lambda graph, s, m: 0.1 if s == single else 1.0)
+        assert resolve.search_strategy(g, machine) == single  # one device beats two
         resolve.set_search_judge(lambda graph, s, m: None)
         assert resolve.search_strategy(g, machine) == plain
     finally:
