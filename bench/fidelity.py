@@ -131,13 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  load average "
               f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}  cores {os.cpu_count()}", flush=True)
     t0 = time.perf_counter()
-    if args.recalibrate and args.cost == "contended" and root:
-        from legionpy.optimizer.costmodel import default_cache_path
+    if args.recalibrate and args.cost == "contended":
+        from legionpy.measure.calibration import drop_contended_costs
 
-        stale = os.path.join(os.path.dirname(default_cache_path()),
-                             f"costs-contended-cpu-{len(machine.devices)}.json")
-        if os.path.exists(stale):
-            os.remove(stale)  # re-profile the kernels under contention too
+        drop_contended_costs()  # re-profile the kernels under contention too
     overhead = False if args.no_overhead else runtime_overhead(
         machine, refresh=args.recalibrate, source=args.overhead_source, verbose=root)
     sizes = parse_sizes(args.size)

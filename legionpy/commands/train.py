@@ -45,8 +45,9 @@ def _train(args) -> dict:
     start = r["resumed_from_step"]
     every = max(1, len(losses) // 10)
     shown = ", ".join(f"{start + i}:{losses[i]:.3f}" for i in range(0, len(losses), every))
+    picked = f" (picked: {r['picked'] or 'its own'})" if r["strategy"] == "search" else ""
     head = (f"{r['model']} ({r['parameters']:,} parameters, batch {r['batch_size']}) on "
-            f"{r['devices']} device(s), strategy {r['strategy']}: {r['steps']} steps")
+            f"{r['devices']} device(s), strategy {r['strategy']}{picked}: {r['steps']} steps")
     if start:
         head += f", resumed at step {start} from {r['checkpoint']}"
     if not losses:

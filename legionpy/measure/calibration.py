@@ -10,8 +10,9 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
 
 * **control thread** (:func:`calibrate_layer_overhead`): each calibration
   model (deep narrow MLPs, tiny conv stacks, tiny unrolled LSTMs: kernels
-  negligible, never the models whose fidelity is then reported) is trained
-  with ONE pipelined ``fit`` call (:func:`~legionpy.measure.fidelity.measure_runtime`);
+  negligible, never the models whose fidelity is then reported), under each
+  of :data:`CALIBRATION_STRATEGIES` (data, model, and single: one device),
+  is trained with ONE pipelined ``fit`` call (:func:`~legionpy.measure.fidelity.measure_runtime`);
   the steady-state control-thread CPU time per step is regressed
   (non-negative least squares) on the counts of the simulator's task graph
   for the same model, strategy and machine::
@@ -86,6 +87,7 @@ from .fidelity import measure_runtime
 
 __all__ = ["calibration_models", "calibrate_layer_overhead", "calibrated_overhead",
            "fit_copy_cost", "fit_lock_terms", "runtime_overhead", "CALIBRATION_MODELS",
+           "drop_contended_costs", "calibration_load",
            "CALIBRATION_STRATEGIES"]
 
 #: (name, builder kwargs) of the synthetic calibration models
@@ -99,7 +101,12 @@ CALIBRATION_MODELS = (("mlp", {"depth": 2}), ("mlp", {"depth": 6}), ("mlp", {"de
                       ("conv", {"depth": 2, "batch": 32, "channels": 8, "size": 16}))
 
 
-CALIBRATION_STRATEGIES = ("data", "model")
+#: the strategies every calibration model runs under: "single" (one device,
+#: no second worker contending) anchors the per-task terms; with it, two
+#: same-window pairs of bench/fidelity.py runs (3 processes each, 20 rows with
+#: single and search) gave mean 11.6/14.1% and worst 31/36% against 16.6/15.7%
+#: and 46/47% without
+CALIBRATION_STRATEGIES = ("data", "model", "single")
 
 
 def _mlp(depth: int, split_act: bool = False, width: int = 8, batch: int = 8) -> Any:
@@ -425,7 +432,7 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     return ovh
 
 
-def _drop_contended_costs() -> None:
+def drop_contended_costs() -> None:
     """Forget the kernel timings taken with the devices busy (they ran under
     the same load as the calibration): they are timed again when next used."""
     if get_runtime().rank != 0:
@@ -465,10 +472,10 @@ def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
     if have is not None and source == "layer":
         load = calibration_load(have)
         if load is not None and load > LOADED_CORES and _quiet_now():
-            _say(f"calibrating again (about 30 s): the cached calibration ran while other "
+            _say(f"calibrating again (about 45 s): the cached calibration ran while other "
                  f"programs kept {load:.1f} cores busy, and the machine is quiet now")
             have = None
-            _drop_contended_costs()
+            drop_contended_costs()
     if have is not None:
         ovh = RuntimeOverhead(**{k: have[k] for k in RuntimeOverhead.__dataclass_fields__
                                  if k in have})

@@ -9,7 +9,9 @@ returns a plain dict (what ``--json`` prints):
 
 ``{"model", "strategy", "steps", "batch_size", "devices", "ranks",
 "parameters", "first_loss", "final_loss", "losses", "samples_per_s",
-"seconds", "measured_iteration_s", "background_cores", "cuda_graphs"}``;
+"seconds", "measured_iteration_s", "background_cores", "cuda_graphs",
+"picked"}``; ``picked``: with ``strategy="search"``, the named strategy the
+search (and its judge) chose, e.g. ``"single"``, or None for one of its own;
 ``cuda_graphs``: the CUDA graph counters of runtime/graphs.py (segments
 ``captured``, graph ``launched``, op bodies ``replaced`` by launches; all 0
 on CPU devices or with ``LEGIONPY_CUDA_GRAPHS=0``; ``off_because``: why
@@ -98,6 +100,7 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
 
     from .. import data as D
     from .. import runtime as lr
+    from ..optimizer import Machine
     from ..probe.overhead import background_cores, cpu_clock
     from . import build
 
@@ -150,7 +153,10 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     steady = ((stamps[-1] - stamps[k]) / (len(stamps) - 1 - k) if len(stamps) > k + 1
               else span / max(timed, 1))
     sim = predict(model, steady, bg) if predict is not None else {}
+    picked = model.strategy.named_as(model.graph, Machine.local()) \
+        if strategy == "search" else None
     return {**sim, "model": name, "strategy": strategy if isinstance(strategy, str) else "given",
+            "picked": picked,
             "steps": steps, "batch_size": b, "devices": len(rt.devices),
             "ranks": 1 + max(d.rank for d in rt.devices), "parameters": model.num_parameters(),
             "resumed_from_step": start, "checkpoint": checkpoint,

@@ -260,6 +260,17 @@ class Strategy(Mapping[str, ParallelConfig]):
         except json.JSONDecodeError as e:
             raise StrategyError(f"{path}: not valid JSON ({e})") from None
 
+    def named_as(self, graph, machine) -> str | None:
+        """The name in :data:`NAMED` whose strategy this one is on ``graph``
+        and ``machine`` (what a search picked, in a user's words), or None."""
+        for name, ctor in NAMED.items():
+            try:
+                if getattr(type(self), ctor)(graph, machine) == self:
+                    return name
+            except Exception:  # noqa: BLE001 - a named strategy that does not fit
+                continue
+        return None
+
     # -- constructors ------------------------------------------------------------
     @classmethod
     def resolve(cls, spec, graph, machine) -> Strategy:

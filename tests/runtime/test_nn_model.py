@@ -228,6 +228,8 @@ def test_a_search_judge_can_overrule_the_pick(rt2, tmp_path, monkeypatch):
                    for c in single.values())
         resolve.set_search_judge(lambda graph, s, m: 0.1 if s == single else 1.0)
         assert resolve.search_strategy(g, machine) == single  # one device beats two
+        # what `legionpy train --strategy search` prints as the pick
+        assert single.named_as(g, machine) == "single" and model.named_as(g, machine) == "model"
         resolve.set_search_judge(lambda graph, s, m: None)
         assert resolve.search_strategy(g, machine) == plain
     finally:
