@@ -37,6 +37,12 @@ step() {  # step NAME MAX_S CMD...: run CMD for at most MAX_S (and the budget le
 
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 export LEGIONPY_CACHE=${LEGIONPY_CACHE:-/tmp/legionpy-gpu-cache}
+# tiles an earlier GPU session measured (bench/gpu-cache: the per-GPU tile
+# cache `profile --zoo` resumes from; commit the one OUT/profiles.tgz brings back)
+mkdir -p "$LEGIONPY_CACHE"
+for f in bench/gpu-cache/profile-*.json; do
+    [ -e "$f" ] && [ ! -e "$LEGIONPY_CACHE/$(basename "$f")" ] && cp "$f" "$LEGIONPY_CACHE/"
+done
 if ls .whl/mpich-*.whl .whl/mpi4py-*.whl >/dev/null 2>&1; then
     site=/tmp/legionpy-gpu-site
     rm -rf "$site" && mkdir -p "$site"
