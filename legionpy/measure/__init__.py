@@ -29,9 +29,9 @@ from .fidelity import (
 def judge_searches() -> Iterator[None]:
     """Inside it, ``strategy="search"`` on this job's devices keeps the
     search's pick only if the local machine model times it at least as fast
-    as data, model, owt and one device (``single``) (:func:`local_judge`;
-    legionpy/mapper/resolve.py
-    module doc); the previous judge (normally none) is back after it.
+    as data, model, owt and one device, ``single`` (:func:`local_judge`;
+    legionpy/mapper/resolve.py module doc); the previous judge (normally
+    none) is back after it.
     ``legionpy train``, ``simulate --compare`` and the benches run inside
     it."""
     before = search_judge()
