@@ -186,6 +186,29 @@ def _without(argv: list[str], *names: str) -> list[str]:
     return out
 
 
+def accuracy(models: list[str], sim: list[float], real: list[float]) -> dict:
+    """Mean and worst relative error of ``sim`` against ``real``, Kendall's
+    tau over all rows and per model (models with two rows or more)."""
+    from legionpy.optimizer.fidelity import kendall_tau, relative_error
+
+    errs = [relative_error(s, r) for s, r in zip(sim, real)]
+    per_model = {}
+    for m in dict.fromkeys(models):
+        rows = [k for k, mm in enumerate(models) if mm == m]
+        if len(rows) > 1:
+            per_model[m] = kendall_tau([sim[k] for k in rows], [real[k] for k in rows])
+    return {"mean_error": sum(errs) / len(errs), "worst_error": max(errs),
+            "kendall_tau": kendall_tau(sim, real), "per_model_tau": per_model}
+
+
+def accuracy_text(summary: dict) -> str:
+    """``mean error .., worst .., Kendall tau .. (per model ..)``."""
+    return (f"mean error {summary['mean_error'] * 100:.1f}%, "
+            f"worst {summary['worst_error'] * 100:.1f}%, Kendall tau "
+            f"{summary['kendall_tau']:.3f} (per model "
+            + ", ".join(f"{k} {v:.2f}" for k, v in summary["per_model_tau"].items()) + ")")
+
+
 def over_processes(args, argv: list[str]) -> int:
     """``--processes N``: the bench N times in fresh processes (each
     ``mpirun -n R`` with ``--ranks R``), each row's median simulated and
@@ -194,7 +217,7 @@ def over_processes(args, argv: list[str]) -> int:
     import subprocess
     import tempfile
 
-    from legionpy.optimizer.fidelity import kendall_tau, relative_error
+    from legionpy.optimizer.fidelity import relative_error
 
     base = _without(argv, "--processes", "--ranks", "--json")
     runs = []
@@ -228,18 +251,11 @@ def over_processes(args, argv: list[str]) -> int:
                           "measured_per_process_s": [r["measured_time_s"] for r in rs]})
             print(f"{m:<10} {s:<10} {sim * 1e3:>8.2f} {real * 1e3:>8.2f} {err * 100:>6.1f}% | "
                   + " ".join(f"{r['measured_time_s'] * 1e3:.2f}" for r in rs), flush=True)
-        errs = [t["relative_error"] for t in table]
-        tau = {m: kendall_tau([t["iteration_time_s"] for t in table if t["model"] == m],
-                              [t["measured_time_s"] for t in table if t["model"] == m])
-               for m in dict.fromkeys(t["model"] for t in table)}
-        summary = {"mean_error": sum(errs) / len(errs), "worst_error": max(errs),
-                   "kendall_tau": kendall_tau([t["iteration_time_s"] for t in table],
-                                              [t["measured_time_s"] for t in table]),
-                   "per_model_tau": tau, "processes": len(runs), "ranks": args.ranks}
-        print(f"[{regime}, {len(runs)} processes] mean error {summary['mean_error'] * 100:.1f}%, "
-              f"worst {summary['worst_error'] * 100:.1f}%, Kendall tau "
-              f"{summary['kendall_tau']:.3f} (per model "
-              + ", ".join(f"{k} {v:.2f}" for k, v in tau.items()) + ")", flush=True)
+        summary = {**accuracy([t["model"] for t in table],
+                              [t["iteration_time_s"] for t in table],
+                              [t["measured_time_s"] for t in table]),
+                   "processes": len(runs), "ranks": args.ranks}
+        print(f"[{regime}, {len(runs)} processes] {accuracy_text(summary)}", flush=True)
         out_all[regime] = {"summary": summary, "results": table}
     if args.json:
         with open(args.json, "w") as f:
@@ -288,7 +304,6 @@ def run_regime(regime, args, machine, overhead, sizes, root):
                       flush=True)
     if not root:
         return None
-    errs = [r.relative_error for r in results]
     kerrs = [r.kernel_relative_error for r in results]
     sim = [r.iteration_time_s for r in results]
     real = [r.measured_time_s for r in results]
@@ -299,21 +314,13 @@ def run_regime(regime, args, machine, overhead, sizes, root):
         "loaded_mean_error": sum(lerrs) / len(lerrs), "loaded_worst_error": max(lerrs),
         "loaded_kendall_tau": kendall_tau(lsim, real),
         "mean_background_cores": sum(r.background_cores or 0 for r in results) / len(results),
-        "regime": regime, "runs": len(results), "mean_error": sum(errs) / len(errs),
-        "worst_error": max(errs), "kendall_tau": kendall_tau(sim, real),
+        "regime": regime, "runs": len(results),
+        **accuracy([r.model for r in results], sim, real),
         "kernel_mean_error": sum(kerrs) / len(kerrs), "kernel_worst_error": max(kerrs),
         "kernel_kendall_tau": kendall_tau(ksim, real),
-        "per_model_tau": {}, "seconds": time.perf_counter() - t0, "machine": machine.name,
+        "seconds": time.perf_counter() - t0, "machine": machine.name,
     }
-    for name in args.models.split(","):
-        rs = [r for r in results if r.model == name]
-        if len(rs) > 1:
-            summary["per_model_tau"][name] = kendall_tau([r.iteration_time_s for r in rs],
-                                                         [r.measured_time_s for r in rs])
-    print(f"[{regime}] mean error {summary['mean_error'] * 100:.1f}%, "
-          f"worst {summary['worst_error'] * 100:.1f}%"
-          f", Kendall tau {summary['kendall_tau']:.3f} (per model "
-          + ", ".join(f"{k} {v:.2f}" for k, v in summary["per_model_tau"].items()) + ")")
+    print(f"[{regime}] {accuracy_text(summary)}")
     print(f"[{regime}] kernel-only simulator: mean error "
           f"{summary['kernel_mean_error'] * 100:.1f}%, worst "
           f"{summary['kernel_worst_error'] * 100:.1f}%, Kendall tau "

@@ -45,7 +45,7 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
 * **a calibration taken under load is redone when the machine is quiet.**
   Every row measures the cores other programs kept busy meanwhile; when
   their median is over :data:`LOADED_CORES` the calibration is *loaded*
-  (``calibration["background_cores"]``): it says so when it is made, and a
+  (:func:`calibration_load`): it says so when it is made, and a
   later run that finds the machine quiet (under :data:`QUIET_CORES` over
   :data:`QUIET_SAMPLE_S`) calibrates again, kernel timings included. Two
   calibrations taken while a test suite ran predicted lenet's data-parallel
@@ -359,14 +359,11 @@ QUIET_CORES = 0.2
 QUIET_SAMPLE_S = 0.3
 
 
-def calibration_load(figures: dict) -> float | None:
-    """The median cores other programs kept busy while the calibration in
-    ``figures`` (an overhead cache's JSON) ran; None when not recorded."""
-    calib = figures.get("calibration") or {}
-    if calib.get("background_cores") is not None:
-        return float(calib["background_cores"])
-    seen = [r.get("background_cores") for r in calib.get("rows") or ()]
-    seen = [float(b) for b in seen if b is not None]
+def calibration_load(rows: list[dict]) -> float | None:
+    """The median cores other programs kept busy while the calibration
+    ``rows`` ran (each row measured its own); None when none was measured."""
+    seen = [float(r["background_cores"]) for r in rows
+            if r.get("background_cores") is not None]
     return float(np.median(seen)) if seen else None
 
 
@@ -406,7 +403,7 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     calib = dict(figures.pop("calibration"), **conc, lock_hold=lock["lock_hold"],
                  lock_measured=lock["lock_measured"],
                  collective_points=coll.get("coll_points", []))
-    calib["background_cores"] = load = calibration_load({"calibration": calib})
+    load = calibration_load(calib["rows"])
     if load is not None and load > LOADED_CORES:
         _say(f"other programs kept {load:.1f} cores busy while legionpy calibrated its "
              "machine model, so its predictions may be off; it calibrates again once the "
@@ -472,7 +469,7 @@ def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
             have = None
     have = bcast_root(have)  # every rank takes rank 0's decision
     if have is not None and source == "layer":
-        load = calibration_load(have)
+        load = calibration_load((have.get("calibration") or {}).get("rows") or [])
         if load is not None and load > LOADED_CORES and _quiet_now():
             _say(f"calibrating again (about 45 s): the cached calibration ran while other "
                  f"programs kept {load:.1f} cores busy, and the machine is quiet now")

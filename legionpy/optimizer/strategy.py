@@ -263,9 +263,9 @@ class Strategy(Mapping[str, ParallelConfig]):
     def named_as(self, graph, machine) -> str | None:
         """The name in :data:`NAMED` whose strategy this one is on ``graph``
         and ``machine`` (what a search picked, in a user's words), or None."""
-        for name, ctor in NAMED.items():
+        for name in NAMED:
             try:
-                if getattr(type(self), ctor)(graph, machine) == self:
+                if type(self).resolve(name, graph, machine) == self:
                     return name
             except Exception:  # noqa: BLE001 - a named strategy that does not fit
                 continue

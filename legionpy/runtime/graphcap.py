@@ -45,24 +45,10 @@ def cuda_refusal(exc: BaseException) -> str | None:
 
 def take_out(inst: Any, buf: Any, memory: int) -> Any:
     """Take array ``buf`` out of the buffer pool of ``inst`` (runtime/
-    instances.py, streams.BufferPool) if it is free there; the current
-    stream waits on the event of its last user, as ``BufferPool.take``
-    does. Returns the pool entry, or None when it is not free."""
-    pool = inst.pool
-    with pool._lock:
-        free = pool.free.get((memory, tuple(buf.shape), buf.dtype))
-        i = next((i for i, (b, _) in enumerate(free or ()) if b is buf), None)
-        if i is None:
-            return None
-        got = free.pop(i)
-        pool.hits += 1
-    ev = got[1]
-    if ev is not None:
-        from .gpu import backend
-        b = backend()
-        with b.Device(buf.device.id):
-            b.current_stream().wait_event(ev)
-    return got
+    instances.py) if it is free there, its last user waited for
+    (``streams.BufferPool.take_this``). Returns the pool entry, or None
+    when it is not free."""
+    return inst.pool.take_this(memory, buf)
 
 
 def reclaim(inst: Any, key: Any, buf: Any, rect: Any, memory: int) -> bool:

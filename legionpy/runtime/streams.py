@@ -455,12 +455,30 @@ class BufferPool:
                 self.hits += 1
         if got is None:
             return make()
-        buf, ev = got
+        self._after_last_user(*got)
+        return got[0]
+
+    def take_this(self, memory: int, buf: Any) -> tuple | None:
+        """Take array ``buf`` itself out of the pool if it is free there (a
+        CUDA graph's own buffer, runtime/graphcap.py), as :meth:`take` would
+        hand it out; its ``(buf, event)`` entry, or None when it is not free."""
+        with self._lock:
+            free = self.free.get((memory, tuple(buf.shape), buf.dtype))
+            i = next((i for i, (b, _) in enumerate(free or ()) if b is buf), None)
+            if i is None:
+                return None
+            got = free.pop(i)
+            self.hits += 1
+        self._after_last_user(*got)
+        return got
+
+    @staticmethod
+    def _after_last_user(buf: Any, ev: Any) -> None:
+        """The current stream waits on the event of ``buf``'s last user."""
         if ev is not None:
             b = gpu.backend()
             with b.Device(buf.device.id):
                 gpu.stream_wait(b.current_stream(), ev)
-        return buf
 
     def give(self, memory: int, buf: Any) -> None:
         ev = None

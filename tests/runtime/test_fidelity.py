@@ -705,8 +705,8 @@ def test_a_calibration_taken_under_load_is_redone_when_quiet(cache, rt2, monkeyp
     from legionpy.measure import calibration
 
     path = _cached_calibration(cache, background)
-    assert calibration.calibration_load(json.load(open(path))) == pytest.approx(
-        sorted(background)[1])
+    assert calibration.calibration_load(
+        json.load(open(path))["calibration"]["rows"]) == pytest.approx(sorted(background)[1])
     calls = []
 
     def fresh(machine, verbose=False):
