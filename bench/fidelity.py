@@ -89,10 +89,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="measure each row over this many fit calls and keep the median fit "
                         "(a fit's lock interleaving sets its whole step time; the spread is "
                         "printed)")
-    p.add_argument("--cost", default="contended",
-                   help="contended (default: tile kernels timed with the other devices "
-                   "busy), measured (isolated, scaled by the calibrated concurrency "
-                   "factors), analytic or FILE")
+    p.add_argument("--cost", default="worker",
+                   help="worker (default: tile kernels timed as a device's worker runs "
+                   "them: alone, one BLAS thread, CPU seconds; scaled by the calibrated "
+                   "concurrency factors), contended (timed with the other devices busy), "
+                   "measured (wall clock, default BLAS threads), analytic or FILE")
     p.add_argument("--no-overhead", action="store_true", help="kernel-only simulator")
     p.add_argument("--size", action="append", default=[], metavar="KEY=VALUE",
                    help="zoo size override for every model, e.g. --size batch_size=64")
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{time.strftime('%Y-%m-%d %H:%M:%S')}  load average "
               f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}  cores {os.cpu_count()}", flush=True)
     t0 = time.perf_counter()
-    if args.recalibrate and args.cost == "contended":
+    if args.recalibrate and args.cost in ("worker", "contended"):
         from legionpy.measure.calibration import drop_contended_costs
 
         drop_contended_costs()  # re-profile the kernels under contention too

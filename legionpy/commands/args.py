@@ -144,11 +144,12 @@ def out_file(text: str) -> str:
 
 
 def cost_spec(text: str) -> str:
-    """``analytic``, ``measured``, ``contended`` or an existing profile JSON."""
-    if text in ("analytic", "measured", "contended"):
+    """``analytic``, ``measured``, ``worker``, ``contended`` or an existing profile JSON."""
+    if text in ("analytic", "measured", "worker", "contended"):
         return text
     if not os.path.exists(text):
-        raise _Bad(f"{text!r} is not 'analytic', 'measured', 'contended' or an existing "
+        raise _Bad(f"{text!r} is not 'analytic', 'measured', 'worker', 'contended' or an "
+                   "existing "
                    "profile JSON "
                    "(write one with `legionpy profile MODEL --out FILE`)")
     return in_file(text)

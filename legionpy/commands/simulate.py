@@ -57,7 +57,8 @@ def check_cost_model(cost: str, machine) -> None:
     each kind the machine model has: a GPU model needs CuPy and a GPU here."""
     from ..errors import MachineError
 
-    if cost not in ("measured", "contended") or not any(d.kind == "gpu" for d in machine.devices):
+    if cost not in ("measured", "worker", "contended") \
+            or not any(d.kind == "gpu" for d in machine.devices):
         return
     try:
         import cupy
@@ -85,13 +86,14 @@ def _configure(p) -> None:
     p.add_argument("--png", type=out_file, metavar="FILE",
                    help="draw the strategy (one row per op)")
     p.add_argument("--cost", type=cost_spec, default=None,
-                   metavar="analytic|measured|contended|FILE",
+                   metavar="analytic|measured|worker|contended|FILE",
                    help="cost model: the preset's packaged GPU profile when `legionpy machines` "
                         "lists one, else the analytic roofline (default); analytic; measured "
                         "(real kernels on "
-                        "this machine, cached), contended (measured with every device busy; "
-                        "the default with --compare, as `legionpy train` predicts), or a "
-                        "profile JSON from `legionpy profile`")
+                        "this machine, cached), worker (measured as a device's worker runs "
+                        "them: alone, one BLAS thread, CPU seconds; the default with "
+                        "--compare, as `legionpy train` predicts), contended (measured with "
+                        "every device busy), or a profile JSON from `legionpy profile`")
     add_sync(p)
     p.add_argument("--compare", action="store_true",
                    help="also run the strategy for real here (--machine local) and report "

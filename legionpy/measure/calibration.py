@@ -19,7 +19,8 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
 
       period = step_s + tasks * launch_s + reqs * req_launch_s + copies * copy_launch_s
 
-  (each row's period, for the fits below: its median step over 15 steps);
+  (each row's period, for the fits below: the median of its fits'
+  steady-state periods, each over 15 steps);
 
 * **workers**: the measured busy time of the devices per step, less the
   kernels' simulated time, regressed on ``tasks``, ``reqs`` and backward
@@ -34,14 +35,14 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   best match the measured ones (least squared log error over grids). Two
   wider synthetic models (kernels of 0.05-1 ms, which release the lock for
   part of their time) make the lock's share of a kernel identifiable; the
-  kernels are timed as predictions time them (``contended``).
+  kernels are timed as predictions time them (``worker``: alone, one BLAS thread).
   :func:`fit_copy_cost` (``copy_s`` alone) remains for a machine model
   without the lock.
 * :func:`calibrated_overhead` adds the kernels' concurrency slowdown, the
   interpreter lock's hold of a kernel
   (:func:`~legionpy.probe.overhead.measure_lock_hold`), the cores and the
   control threads; :func:`runtime_overhead` caches the result
-  per machine in ``$LEGIONPY_CACHE/overhead-v9-MACHINE[-bound].json``.
+  per machine in ``$LEGIONPY_CACHE/overhead-v10-MACHINE[-bound].json``.
 * **a calibration taken under load is redone when the machine is quiet.**
   Every row measures the cores other programs kept busy meanwhile; when
   their median is over :data:`LOADED_CORES` the calibration is *loaded*
@@ -87,7 +88,7 @@ from .fidelity import measure_runtime
 
 __all__ = ["calibration_models", "calibrate_layer_overhead", "calibrated_overhead",
            "fit_copy_cost", "fit_lock_terms", "runtime_overhead", "CALIBRATION_MODELS",
-           "drop_contended_costs", "calibration_load",
+           "drop_contended_costs", "calibration_load", "reduce_byte_cost",
            "CALIBRATION_STRATEGIES"]
 
 #: (name, builder kwargs) of the synthetic calibration models
@@ -182,19 +183,23 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
             graphs.append((tg, m.graph))
             counts = task_counts(tg, m.graph)
             kernels = float(sum(res.per_device_busy_s.values()))
+            c0 = cpu_clock()
             runs = [bcast_root(measure_runtime(m, strat if k == 0 else None, machine,
                                                steps=steps, warmup=warmup))
                     for k in range(max(1, repeats))]
+            # the load over the row's whole time (0.3-1 s): one fit's window
+            # (10-100 ms) is a few of /proc/stat's 10 ms ticks, +-0.3-1 core
+            bg = background_cores(c0, cpu_clock())
             busy = float(np.mean([sum(r["measured_per_device_busy_s"].values())
                                   for r in runs]))
-            bgs = [r.get("measured_background_cores") for r in runs]
             rows.append({"model": m.graph.name, "strategy": sname, **counts,
-                         # the median step of all the fits: one stalled step (another
-                         # program, the OS) must not pull a 20-row fit of five terms
-                         "period_s": float(np.median([t for r in runs
-                                                      for t in r["measured_step_times_s"]])),
-                         "background_cores": (None if any(b is None for b in bgs)
-                                              else float(max(bgs))),
+                         # the median of the fits' steady-state periods: one stalled
+                         # fit (another program, the OS) must not pull a 30-row fit;
+                         # not the median step, which is the fast half of a step
+                         # pattern that alternates (one device: 0.4 and 3.4 ms for
+                         # a period of 1.8 ms)
+                         "period_s": float(np.median([r["measured_time_s"] for r in runs])),
+                         "background_cores": bg,
                          "control_s": float(np.median([r["measured_control_cpu_s"]
                                                        for r in runs])),
                          "busy_s": busy, "worker_extra_s": max(0.0, busy - kernels)})
@@ -346,7 +351,7 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
 def _overhead_path(machine_name: str) -> str:
 
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", machine_name)
-    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v9-{safe}.json")
+    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v10-{safe}.json")
 
 
 #: median background cores over a calibration's rows above which it is
@@ -388,13 +393,13 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
 
     rt = get_runtime()
     # the kernels as predictions time them (legionpy.measure.fidelity.LOCAL_COST):
-    # with the other devices busy, so the lock's share of them is fitted on the
-    # same figures; GPU devices keep the isolated profile
+    # as a device's worker runs them, so the lock's share of them is fitted on
+    # the same figures; GPU devices keep the isolated profile
     cost: Any = "measured"
     if machine.devices and all(d.kind == "cpu" for d in machine.devices):
         from ..optimizer.calibration import ContendedCostModel
 
-        cost = ContendedCostModel.local(len(machine.devices))
+        cost = ContendedCostModel.local(1)
     figures = calibrate_layer_overhead(machine, verbose=verbose, cost=cost)
     graphs = figures.pop("taskgraphs")
     conc = measure_kernel_concurrency()
@@ -418,6 +423,7 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
                           kernel_scale_mem=conc["kernel_scale_mem"],
                           intensity_compute=conc["intensity_compute"],
                           intensity_mem=conc["intensity_mem"], cores=cores,
+                          reduce_byte_s=reduce_byte_cost(conc),
                           control_threads=ranks, source="layer-api", machine=machine.name,
                           gil_kernel_s=lock["gil_kernel_s"], calibration=calib, **figures)
     if ovh.gil_kernel_s is not None and ovh.cores > 0:
@@ -429,6 +435,22 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     else:
         ovh.copy_s = bcast_root(fit_copy_cost(ovh, calib["rows"], graphs))
     return ovh
+
+
+#: memory passes over a reduced gradient's bytes: the buffer's identity fill
+#: (1), the task's ``+=`` (read two, write one) and the reader's fold (3)
+REDUCE_PASSES = 7
+
+
+def reduce_byte_cost(conc: dict) -> float:
+    """``RuntimeOverhead.reduce_byte_s``: :data:`REDUCE_PASSES` passes over a
+    byte at the rate :func:`~legionpy.probe.overhead.measure_kernel_concurrency`'s
+    stream kernel moved bytes (alone: a pass moves each byte once, read or
+    written, as the stream counts them); 0 without that figure."""
+    moved, secs = conc.get("stream_bytes"), conc.get("stream_alone_s")
+    if not moved or not secs:
+        return 0.0
+    return REDUCE_PASSES * float(secs) / float(moved)
 
 
 def drop_contended_costs() -> None:
@@ -448,8 +470,8 @@ def drop_contended_costs() -> None:
 def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
                      verbose: bool = False) -> RuntimeOverhead:
     """The runtime's overhead on this machine, cached per machine name in
-    ``$LEGIONPY_CACHE/overhead-v9-NAME[-bound].json`` (``-bound``: the ranks
-    were bound to their cores, legionpy/affinity.py; ``overhead-v9-empty-NAME.json``
+    ``$LEGIONPY_CACHE/overhead-v10-NAME[-bound].json`` (``-bound``: the ranks
+    were bound to their cores, legionpy/affinity.py; ``overhead-v10-empty-NAME.json``
     for ``source="empty"``); collective under MPI. ``source``: ``"layer"``
     (default, :func:`calibrated_overhead`) or ``"empty"``
     (:func:`measure_runtime_overhead`, empty tasks, no CPU model)."""

@@ -20,7 +20,6 @@ it sits above :mod:`legionpy.nn` and :mod:`legionpy.models`.
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -43,10 +42,15 @@ __all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "predict_m
 
 #: the cost model of the local machine model's predictions (``simulate
 #: --compare``, ``legionpy train``, the benches): tile kernels timed on this
-#: machine with the other devices busy, as they run inside a training step
-#: (on GPU devices: timed on the GPU, :func:`~legionpy.measure.record_profiles.
+#: machine as a device's worker runs them (alone, one BLAS thread, in the
+#: thread's CPU seconds), scaled by the measured concurrency slowdown; the
+#: interpreter lock's share of them is the sharing model's
+#: (docs/decisions.md: timing them with the other devices busy counted the
+#: lock's hand-overs twice and tripled small kernels on one device). On GPU
+#: devices: timed on the GPU (:func:`~legionpy.measure.record_profiles.
 #: device_cost_model`)
-LOCAL_COST = "contended"
+LOCAL_COST = "worker"
+
 
 def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, warmup: int = 2,
                     seed: int = 0, sync: str | None = None,
@@ -64,8 +68,8 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     (trace busy time inside that window, per step), "measured_terms" (where the
     window's time went per device and kind, per step:
     :func:`~legionpy.optimizer.breakdown.breakdown`), "measured_control_cpu_s" (CPU
-    seconds of the calling -- control -- thread per step: median step, max over
-    ranks), "measured_background_cores" (cores other programs kept busy over
+    seconds of the calling -- control -- thread per step over the window, max
+    over ranks), "measured_background_cores" (cores other programs kept busy over
     the timed steps, :func:`~legionpy.probe.overhead.background_cores`),
     "final_loss"}``.
     Collective under MPI."""
@@ -129,7 +133,10 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
             merged[key] = merged.get(key, 0.0) + v / steps
     all_times = allgather(times)
     bg = background_cores(clocks[0], clocks[-1]) if len(clocks) == 2 else None
-    control_cpu = statistics.median(cpu[i] - cpu[i - 1] for i in range(warmup, total))
+    # over the whole window: a step's own figure alternates where the steps do
+    # (one device: the launch of two steps falls between two stamps, none
+    # between the next two), so its median is not the period's
+    control_cpu = (cpu[-1] - cpu[warmup - 1]) / steps
     # each rank's own devices (a rank also records copies it sends to another's)
     local = {f"dev {d.id}" for d in rt.devices if d.rank == rt.rank}
     mine = {row: v for row, v in breakdown(timeline, period_s=hi - lo,
@@ -251,7 +258,7 @@ def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_CO
     from .calibration import runtime_overhead  # calibration trains through measure_runtime
 
     machine = machine or Machine.local()
-    if cost == "contended" and any(d.kind == "gpu" for d in machine.devices):
+    if cost in ("worker", "contended") and any(d.kind == "gpu" for d in machine.devices):
         # a GPU kernel's cost is its synchronised wall time on the GPU, not the
         # CPU seconds of a thread contending for cores
         from .record_profiles import device_cost_model
@@ -339,7 +346,7 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
     ``model``: a zoo name (built with ``scale`` and ``sizes``) or an
     uncompiled ``nn.Model``; ``strategy``: ``"data" | "model" | "owt" |
     "expert" | "search"``, a JSON path or a Strategy; ``cost``: a CostModel
-    or ``"contended" | "measured" | "analytic" | FILE`` (default
+    or ``"worker" | "contended" | "measured" | "analytic" | FILE`` (default
     :data:`LOCAL_COST`); ``overhead``: True to add the measured
     :class:`RuntimeOverhead` of this machine (cached), False for the plain
     simulator, or given figures. ``fits``: measure that many ``fit`` calls
@@ -374,7 +381,7 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
                            machine=machine)["iteration_time_s"] if bg else t_sim
     return FidelityResult(
         model=name, strategy=_strategy_label(strategy), machine=machine.name,
-        cost_model=("measured on the GPU" if cost == "contended" and any(
+        cost_model=("measured on the GPU" if cost in ("worker", "contended") and any(
             d.kind == "gpu" for d in machine.devices) else
             cost if isinstance(cost, str) else type(cost).__name__), steps=steps,
         iteration_time_s=t_sim, measured_time_s=t_real,

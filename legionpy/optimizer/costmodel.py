@@ -77,7 +77,9 @@ def cost_model_from_spec(spec: str | None, concurrency: int | None = None,
     :meth:`MeasuredCostModel.local` (real kernels, disk cache);
     ``"contended"`` -> the same timed while ``concurrency - 1`` other devices
     run (:class:`~legionpy.optimizer.calibration.ContendedCostModel`; default:
-    this process's cores); a path -> :meth:`TableCostModel.from_json`."""
+    this process's cores); ``"worker"`` -> timed as a device's worker runs
+    it: alone, in its thread's CPU seconds, one BLAS thread (the local
+    machine model's kernels); a path -> :meth:`TableCostModel.from_json`."""
     if spec is None:
         return default_cost_model(machine)
     if spec == "analytic":
@@ -88,10 +90,14 @@ def cost_model_from_spec(spec: str | None, concurrency: int | None = None,
         from .calibration import ContendedCostModel, local_cores
 
         return ContendedCostModel.local(concurrency or local_cores())
+    if spec == "worker":
+        from .calibration import ContendedCostModel
+
+        return ContendedCostModel.local(1)
     if os.path.exists(spec):
         return TableCostModel.from_json(spec)
     raise StrategyError(f"unknown cost model {spec!r}: use 'analytic', 'measured', "
-                        "'contended' or the path of a profile JSON written by "
+                        "'worker', 'contended' or the path of a profile JSON written by "
                         "`legionpy profile --out FILE`")
 
 

@@ -49,7 +49,7 @@ stretched by the measured slowdown of a GEMM / a memory-bound stream run on
 every device at once (interpolated by arithmetic intensity), unless the
 cost model is ``"contended"`` (kernels profiled with the other devices
 busy). The figures are cached per machine in
-``$LEGIONPY_CACHE/overhead-v9-MACHINE[-bound].json``.
+``$LEGIONPY_CACHE/overhead-v10-MACHINE[-bound].json``.
 
 The interpreter lock and the cores are *processor-shared* (issue 26,
 :mod:`.sharing`): every device and link is a thread of its process (devices
@@ -153,6 +153,13 @@ class RuntimeOverhead:
     #: worker seconds a backward task costs beyond ``task_s`` (its gradient
     #: reductions: buffers to fill and fold; regressed with the others)
     back_task_s: float = 0.0
+    #: worker seconds per byte of a backward task's gradient reductions: each
+    #: gradient it reduces (of its inputs and weights) is an identity-filled
+    #: buffer it accumulates into and its reader folds in (seven passes over
+    #: its bytes: fill 1, += 3, fold 3) at the measured stream rate
+    #: (:func:`reduction_bytes`; the synthetic models' gradients are too small
+    #: to fit it: zoo backward tasks took 50-250 us beyond their kernels)
+    reduce_byte_s: float = 0.0
     #: control-thread seconds per step besides its tasks (fit's loop, loss readback)
     step_s: float = 0.0
     #: kernels' slowdown when every device runs at once (measured, >= 1): a
@@ -206,7 +213,7 @@ class RuntimeOverhead:
     def is_zero(self) -> bool:
         return not (self.launch_s or self.copy_launch_s or self.task_s or self.copy_s
                     or self.req_launch_s or self.req_task_s or self.step_s or self.cores
-                    or self.back_task_s
+                    or self.back_task_s or self.reduce_byte_s
                     or self.kernel_scale != 1.0)
 
     def under_load(self, background_cores: float | None) -> RuntimeOverhead:
@@ -312,6 +319,35 @@ def requirement_counts(tasks: list[dict], graph: Any, update_fields: int) -> lis
     return out
 
 
+def reduction_bytes(tasks: list[dict], graph: Any) -> list[float]:
+    """Bytes of gradient each task reduces (legionpy/nn/execution.py
+    ``B(op)``: the gradient of every input whose producer has a backward,
+    and of every weight): the op's whole, shared alike by its ``B`` tasks
+    (equal tiles); 0 for every other task and without a graph."""
+    if graph is None:
+        return [0.0] * len(tasks)
+    ops = {op.name: op for op in graph.ops}
+    names = []
+    for t in tasks:
+        m = _NAME.match(t["name"]) if t["kind"] != "copy" else None
+        names.append(_op_name(m.group("what"), ops)
+                     if m is not None and m.group("phase") == "B" else None)
+    points: dict[str, int] = {}
+    for n in names:
+        if n is not None:
+            points[n] = points.get(n, 0) + 1
+    whole: dict[str, float] = {}
+    for n in points:
+        op = ops.get(n)
+        if op is None:
+            whole[n] = 0.0
+            continue
+        b = sum(float(np.prod(ref.op.output_shape)) * np.dtype(ref.op.dtype).itemsize
+                for ref in op.inputs if ref.op.has_backward)
+        whole[n] = b + sum(float(p.nbytes) for p in op.params.values())
+    return [whole[n] / points[n] if n is not None else 0.0 for n in names]
+
+
 def _kernel_scales(tasks: list[dict], graph: Any, overhead: RuntimeOverhead) -> list[float]:
     """Each task's kernel concurrency slowdown (:meth:`RuntimeOverhead.scale_for`)
     from its op's arithmetic intensity (whole output; ``F`` forward, ``B``
@@ -392,9 +428,14 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
         for i, t in enumerate(tasks):
             if t["kind"] != "copy" and t["name"].startswith("U:"):
                 scale[i] *= update_scale
+    # a task's kernel: its op's, and a backward's gradient reductions (memory passes)
+    kern = [0.0 if t["kind"] == "copy" else t["duration_s"] * scale[i] for i, t in
+            enumerate(tasks)]
+    if overhead.reduce_byte_s:
+        kern = [k + b * overhead.reduce_byte_s
+                for k, b in zip(kern, reduction_bytes(tasks, graph))]
     dur = [t["duration_s"] + overhead.copy_s if t["kind"] == "copy"
-           else t["duration_s"] * scale[i]
-           + overhead.worker_s(reqs[i], t["name"].startswith("B:"))
+           else kern[i] + overhead.worker_s(reqs[i], t["name"].startswith("B:"))
            for i, t in enumerate(tasks)]
     proc = _processes(tasks, overhead.control_threads)
     if overhead.coll_s or overhead.coll_byte_s:  # collectives between ranks, as measured
@@ -406,7 +447,7 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     locks = overhead.gil_kernel_s is not None and overhead.cores > 0
     if locks:
         loss = _loss_tasks(tasks, graph) if pipelined else []
-        end, starts, admit, ctl_end = _shared_schedule(tasks, succs, dur, scale, proc,
+        end, starts, admit, ctl_end = _shared_schedule(tasks, succs, dur, kern, proc,
                                                        issued, overhead, pipelined, clock,
                                                        loss)
         busy = {}  # wall seconds, stretched by the sharing (as a trace measures them)
@@ -424,8 +465,7 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
            if overhead.cores > 0 else 0.0)
     # one interpreter lock per process: its control thread and its workers' Python
     # work around the kernels (the devices' share of this process) run one at a time
-    py = sum(dur[i] - tasks[i]["duration_s"] * scale[i]
-             for i in range(n) if tasks[i]["kind"] != "copy")
+    py = sum(dur[i] - kern[i] for i in range(n) if tasks[i]["kind"] != "copy")
     gil = clock + py / max(1, overhead.control_threads) if overhead.cores > 0 else 0.0
     it = max(sched, ctl_end) if pipelined else sched
     # fewer than one core left to the job (a loaded machine): every serial chain
@@ -470,13 +510,14 @@ def _list_schedule(tasks: list[dict], preds: list, succs: list, dur: list,
     return end, [end[i] - dur[i] for i in range(n)], busy, [0.0] * n
 
 
-def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list,
+def _shared_schedule(tasks: list[dict], succs: list, dur: list, kern: list,
                      proc: dict[str, int], issued: list, overhead: RuntimeOverhead,
                      pipelined: bool,
                      clock: float, loss: Sequence[int] = ()) -> tuple:
     """:func:`~legionpy.optimizer.sharing.share_schedule` of the tasks (module
     doc): a task's Python work is its worker overhead and the first
-    ``gil_kernel_s`` of its kernel (a copy's: ``copy_s``); the control
+    ``gil_kernel_s`` of its kernel (``kern``: its op's, and a backward's
+    gradient reductions) (a copy's: ``copy_s``); the control
     thread of every process runs ``clock`` seconds of Python from the
     step's start, or, given the ``loss`` tasks, from when they end: ``fit``
     launches step i+1, then waits for step i's loss, then launches step i+2,
@@ -510,8 +551,7 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, scale: list,
         if t["kind"] == "copy":
             py = overhead.copy_s + min(t["duration_s"], g)
         else:
-            kern = t["duration_s"] * scale[i]
-            py = dur[i] - kern + min(kern, g)
+            py = dur[i] - kern[i] + min(kern[i], g)
         python.append(min(1.0, py / dur[i]) if dur[i] > 0 else 0.0)
     ranks = max(1, overhead.control_threads)
     r = share_schedule([t["device"] for t in tasks], procs, dur, python,
@@ -619,9 +659,11 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
                       sync: str | None = None, update_fields: int = 2,
                       update_scale: float = 1.0) -> dict[str, Any]:
     """Simulate one iteration; ``cost_model``: a CostModel, a ``--cost``
-    spec, or ``"contended"`` (tile kernels timed with every other device of
-    the machine running the same kernel, :class:`~legionpy.optimizer.calibration.
-    ContendedCostModel`; the overhead's concurrency factors are then not applied).
+    spec, ``"worker"`` (tile kernels timed alone as a device's worker runs
+    them, :class:`~legionpy.optimizer.calibration.ContendedCostModel` of
+    concurrency 1), or ``"contended"`` (timed with every other device of
+    the machine running the same kernel; the overhead's concurrency factors
+    are then not applied).
     Returns the simulator's ``SimResult.to_dict()`` plus
     ``kernel_time_s`` (the plain simulator's iteration time); with
     ``overhead``, ``iteration_time_s`` and ``per_device_busy_s`` are those
@@ -641,6 +683,10 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
         cm = ContendedCostModel.local(max(1, len(machine.devices)))
         if overhead is not None:
             overhead = replace(overhead, kernel_scale=1.0, kernel_scale_mem=1.0)
+    elif cost_model == "worker":  # alone, as a worker runs them; scaled by the overhead's
+        from .calibration import ContendedCostModel
+
+        cm = ContendedCostModel.local(1)
     else:
         cm = cost_model if isinstance(cost_model, CostModel) \
             else cost_model_from_spec(cost_model)

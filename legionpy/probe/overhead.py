@@ -32,6 +32,7 @@ All are collective under MPI and return rank 0's figures on every rank.
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import threading
 import time
@@ -191,7 +192,8 @@ def measure_kernel_concurrency(n: int = 320, elems: int = 1_000_000,
          if figures["stream_alone_s"] else 1)
     figures.update(kernel_scale=max(1.0, g), kernel_scale_mem=max(1.0, m),
                    intensity_compute=2.0 * n ** 3 / (3 * n * n * 4),  # flop / byte
-                   intensity_mem=1.0 / 8)  # one op per float read and written
+                   intensity_mem=1.0 / 8,  # one op per float read and written
+                   stream_bytes=4 * 2 * 4 * elems)  # a stream call's bytes moved
     return bcast_root(figures)
 
 
@@ -345,15 +347,18 @@ def _background(start: tuple | None, end: tuple | None) -> float | None:
 def cpu_clock() -> tuple[float, float, float] | None:
     """``(wall s, CPU-seconds the whole machine has been busy, CPU-seconds of
     this process)`` now, from ``/proc/stat`` (busy = all but idle and iowait,
-    steal included) and :func:`os.times`; None where ``/proc/stat`` is missing."""
+    steal included; 10 ms ticks: a figure over less than ~0.5 s is rough)
+    and ``getrusage``; None where ``/proc/stat`` is missing."""
     try:
         with open("/proc/stat") as f:
             v = [int(x) for x in f.readline().split()[1:9]]
     except (OSError, ValueError):
         return None
     tick = os.sysconf("SC_CLK_TCK")
-    t = os.times()
-    return time.perf_counter(), (sum(v) - v[3] - v[4]) / tick, t.user + t.system
+    # this process's in microseconds (os.times counts 10 ms ticks, as
+    # /proc/stat does: over a 50 ms window the two ticks alone were +-0.4 cores)
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return time.perf_counter(), (sum(v) - v[3] - v[4]) / tick, own.ru_utime + own.ru_stime
 
 
 def background_cores(start: tuple | None, end: tuple | None) -> float | None:

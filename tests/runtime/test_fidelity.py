@@ -612,6 +612,72 @@ def test_dotted_op_names_get_their_requirements():
     assert b > f
 
 
+def test_a_backward_task_reduces_its_inputs_and_weights_gradients():
+    """``reduction_bytes``: a ``B`` task reduces the gradient of every input
+    whose producer has a backward and of every weight, its op's whole shared
+    by its points; ``F``, ``U`` and copies reduce nothing. With
+    ``reduce_byte_s`` those bytes lengthen the backward tasks."""
+    import numpy as np
+
+    from legionpy import models
+    from legionpy.optimizer.fidelity import reduction_bytes
+
+    g = models.graph("lenet", scale="small").graph
+    fc = next(op for op in g.ops if op.kind == "dense" and op.inputs[0].op.has_backward)
+    grads = (float(np.prod(fc.inputs[0].op.output_shape)) * 4
+             + sum(p.nbytes for p in fc.params.values()))
+    tasks = [{"name": f"F:{fc.name}[0]", "kind": "compute"},
+             {"name": f"B:{fc.name}[0]", "kind": "compute"},
+             {"name": f"B:{fc.name}[1]", "kind": "compute"},
+             {"name": "U:b0.0", "kind": "update"},
+             {"name": "copy", "kind": "copy"}]
+    assert reduction_bytes(tasks, g) == [0.0, grads / 2, grads / 2, 0.0, 0.0]
+    first = g.ops[1]  # reads the input, which has no backward: weights only
+    assert not first.inputs[0].op.has_backward
+    assert reduction_bytes([{"name": f"B:{first.name}[0]", "kind": "compute"}], g) == [
+        float(sum(p.nbytes for p in first.params.values()))]
+    tg = {"tasks": [{"id": 0, "name": f"B:{fc.name}[0]", "kind": "compute",
+                     "device": "cpu0", "duration_s": 1e-4}], "deps": []}
+    ovh = RuntimeOverhead(task_s=1e-5)
+    base = simulate_with_runtime(tg, ovh, g)["iteration_time_s"]
+    more = simulate_with_runtime(tg, replace(ovh, reduce_byte_s=1e-9), g)["iteration_time_s"]
+    assert more == pytest.approx(base + grads * 1e-9)
+
+
+def test_reduce_byte_cost_is_seven_passes_at_the_stream_rate():
+    from legionpy.measure.calibration import REDUCE_PASSES, reduce_byte_cost
+
+    assert reduce_byte_cost({"stream_alone_s": 1e-3, "stream_bytes": 32e6}) == \
+        pytest.approx(REDUCE_PASSES * 1e-3 / 32e6)
+    assert reduce_byte_cost({}) == 0.0  # an old calibration: no term
+
+
+def test_a_calibration_row_s_period_is_its_fits_window_not_its_median_step(rt2, cache):
+    """On one device a fit's steps alternate (two launches fall between one
+    pair of loss stamps, none between the next): the median step was the fast
+    half, under the device's own busy time. A row's period is the median of
+    its fits' steady-state periods, and its control CPU a window's too."""
+    from legionpy.measure.calibration import _mlp, calibrate_layer_overhead
+
+    figs = calibrate_layer_overhead(Machine.local(), steps=15, warmup=3, cost="analytic",
+                                    models=lambda: [_mlp(12)], strategies=("single",),
+                                    repeats=1)
+    (row,) = figs["calibration"]["rows"]
+    # one device runs every task: a step cannot be shorter than its busy time
+    assert row["period_s"] >= 0.9 * row["busy_s"] > 0
+    assert 0 < row["control_s"] <= row["period_s"]
+    assert row["background_cores"] is None or row["background_cores"] >= 0
+
+
+def test_the_worker_cost_model_times_kernels_alone_with_one_blas_thread(cache):
+    from legionpy.optimizer.calibration import ContendedCostModel  # noqa: F401
+    from legionpy.optimizer.costmodel import cost_model_from_spec
+
+    cm = cost_model_from_spec("worker")
+    assert cm.concurrency == 1
+    assert os.path.basename(cm.cache_path) == "costs-contended-cpu-1.json"
+
+
 def test_lock_hold_probe():
     from legionpy.probe.overhead import measure_lock_hold
 
