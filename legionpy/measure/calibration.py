@@ -22,10 +22,17 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   (each row's period, for the fits below: the median of its fits'
   steady-state periods, each over 15 steps);
 
-* **workers**: the measured busy time of the devices per step, less the
-  kernels' simulated time, regressed on ``tasks``, ``reqs`` and backward
-  tasks (``task_s``, ``req_task_s``, ``back_task_s``: a backward task's
-  gradient reductions).
+* **workers** (:func:`phase_overheads`): on the rows run on one device (no
+  second worker contends), the wall time of the forward, backward and
+  update tasks, less their kernels (timed as a worker runs them) and the
+  bytes of the gradients the backward tasks reduce (``reduce_byte_s``):
+  ``task_s`` per task, ``reduce_req_s`` per gradient a backward task
+  reduces, ``update_task_s`` per update task. Measured, not regressed: the
+  rows' totals cannot tell a forward task from a backward one (every model
+  has as many of each), and the regression (the devices' busy time less the
+  kernels on ``tasks``, ``reqs`` and backward tasks, still made when no row
+  ran on one device) put 30-37 us on every task where the traces show
+  forward tasks ~5 us and backward ones 40-190 us beyond their kernels.
 * **the interpreter lock** (:func:`fit_lock_terms`, issue 26): with the
   regressed terms fixed, the lock-sharing terms of
   :mod:`legionpy.optimizer.sharing` -- the seconds of a kernel that hold the
@@ -183,6 +190,7 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
             graphs.append((tg, m.graph))
             counts = task_counts(tg, m.graph)
             kernels = float(sum(res.per_device_busy_s.values()))
+            phases = _phase_figures(tg, m.graph)
             c0 = cpu_clock()
             runs = [bcast_root(measure_runtime(m, strat if k == 0 else None, machine,
                                                steps=steps, warmup=warmup))
@@ -202,7 +210,11 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
                          "background_cores": bg,
                          "control_s": float(np.median([r["measured_control_cpu_s"]
                                                        for r in runs])),
-                         "busy_s": busy, "worker_extra_s": max(0.0, busy - kernels)})
+                         "busy_s": busy, "worker_extra_s": max(0.0, busy - kernels),
+                         "phase_wall_s": {p: float(np.mean([r.get("measured_phase_s", {})
+                                                            .get(p, 0.0) for r in runs]))
+                                          for p in "FBU"},
+                         **phases})
             if verbose:
                 print(f"  calibrate {m.graph.name:<14} {sname:<6} tasks {counts['tasks']:>4} "
                       f"reqs {counts['reqs']:>5} copies {counts['copies']:>4} period "
@@ -225,6 +237,54 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
                             "worker_worst_residual": rel(w @ wk, extra),
                             "seconds": time.perf_counter() - t0},
             "taskgraphs": graphs}
+
+
+def _phase_figures(tg: dict, graph: Any) -> dict[str, dict[str, float]]:
+    """Per phase (``F``, ``B``, ``U``) of a simulated task graph: its tasks,
+    their kernels' seconds and the gradient bytes they reduce."""
+    from ..optimizer.fidelity import gradient_reductions
+
+    out: dict[str, dict[str, float]] = {"phase_tasks": {}, "phase_kernel_s": {},
+                                        "phase_reduce_bytes": {}, "phase_reduce_grads": {}}
+    red, grads = gradient_reductions(tg["tasks"], graph)
+    for t, b, n in zip(tg["tasks"], red, grads):
+        p = t["name"][:1]
+        if t["kind"] == "copy" or t["name"][1:2] != ":" or p not in "FBU":
+            continue
+        for key, v in (("phase_tasks", 1.0), ("phase_kernel_s", t["duration_s"]),
+                       ("phase_reduce_bytes", b), ("phase_reduce_grads", n)):
+            out[key][p] = out[key].get(p, 0.0) + v
+    return out
+
+
+def phase_overheads(rows: list[dict], reduce_byte_s: float) -> dict[str, float] | None:
+    """The workers' per-task seconds beyond the kernels, by phase, from the
+    rows run on one device (no second worker contends, so a task's wall time
+    is its kernel, its gradient reductions and the runtime's work): ``task_s``
+    (a forward task's), ``reduce_req_s`` (what a backward task costs beyond
+    it, per gradient it reduces: an embedding's one, an LSTM cell's six) and
+    ``update_task_s`` (an update task's beyond it). Each is the rows' summed
+    wall time of that phase's tasks less their kernels and reductions' bytes,
+    per task (per gradient). None without such rows. (The row totals cannot
+    tell them apart: every model has as many backward tasks as forward ones.)"""
+    use = [r for r in rows if r.get("strategy") == "single" and r.get("phase_wall_s")]
+    if not use:
+        return None
+
+    def extra(p: str) -> float:
+        return sum(r["phase_wall_s"].get(p, 0.0) - r["phase_kernel_s"].get(p, 0.0)
+                   - reduce_byte_s * r["phase_reduce_bytes"].get(p, 0.0) for r in use)
+
+    def count(p: str, what: str = "phase_tasks") -> float:
+        return sum(r[what].get(p, 0.0) for r in use)
+
+    task = max(0.0, extra("F") / count("F")) if count("F") else 0.0
+    grads = count("B", "phase_reduce_grads")
+    back = extra("B") - task * count("B")
+    update = extra("U") - task * count("U")
+    return {"task_s": task, "req_task_s": 0.0, "back_task_s": 0.0,
+            "reduce_req_s": max(0.0, back / grads) if grads else 0.0,
+            "update_task_s": max(0.0, update / count("U")) if count("U") else 0.0}
 
 
 #: the per-copy costs tried by :func:`fit_copy_cost`, seconds
@@ -308,7 +368,9 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
             return memo[k]
         o = replace(ovh, gil_switch=c["gil_switch"], copy_s=c["copy_s"], wake_s=c["wake_s"],
                     gil_kernel_s=c["gil_kernel_s"], back_task_s=ovh.back_task_s * c["worker"],
-                    task_s=ovh.task_s * c["worker"], req_task_s=ovh.req_task_s * c["worker"])
+                    task_s=ovh.task_s * c["worker"], req_task_s=ovh.req_task_s * c["worker"],
+                    update_task_s=ovh.update_task_s * c["worker"],
+                    reduce_req_s=ovh.reduce_req_s * c["worker"])
         err = 0.0
         for r, tg, graph in sims:
             out = simulate_with_runtime(tg, o.under_load(r.get("background_cores")), graph,
@@ -345,6 +407,8 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
             "gil_kernel_s": cur["gil_kernel_s"],
             "task_s": ovh.task_s * cur["worker"], "req_task_s": ovh.req_task_s * cur["worker"],
             "back_task_s": ovh.back_task_s * cur["worker"],
+            "update_task_s": ovh.update_task_s * cur["worker"],
+            "reduce_req_s": ovh.reduce_req_s * cur["worker"],
             "loss": loss(cur)}
 
 
@@ -426,6 +490,13 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
                           reduce_byte_s=reduce_byte_cost(conc),
                           control_threads=ranks, source="layer-api", machine=machine.name,
                           gil_kernel_s=lock["gil_kernel_s"], calibration=calib, **figures)
+    # the workers' per-task terms measured by phase on the one-device rows
+    # (the regression above cannot tell a forward task from a backward one)
+    measured = phase_overheads(calib["rows"], ovh.reduce_byte_s)
+    if measured is not None:
+        calib["worker_by_phase"] = measured
+        for k, v in measured.items():
+            setattr(ovh, k, v)
     if ovh.gil_kernel_s is not None and ovh.cores > 0:
         fit = bcast_root(fit_lock_terms(ovh, calib["rows"], graphs))
         calib["lock_fit_loss"] = fit.pop("loss")

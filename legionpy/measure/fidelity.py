@@ -65,7 +65,9 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     time from the end of the last warm-up step to the end of the last step,
     divided by ``steps`` (max over ranks). Returns ``{"measured_time_s",
     "measured_step_times_s" (the stamps' differences), "measured_per_device_busy_s"
-    (trace busy time inside that window, per step), "measured_terms" (where the
+    (trace busy time inside that window, per step), "measured_phase_s" (the
+    same of the layer API's forward, backward and update tasks: ``{"F", "B",
+    "U"}``), "measured_terms" (where the
     window's time went per device and kind, per step:
     :func:`~legionpy.optimizer.breakdown.breakdown`), "measured_control_cpu_s" (CPU
     seconds of the calling -- control -- thread per step over the window, max
@@ -108,11 +110,15 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     period = (stamps[-1] - stamps[warmup - 1]) / steps
     lo, hi = stamps[warmup - 1] - rt.trace.t0, stamps[-1] - rt.trace.t0
     busy: dict[int, float] = {}
+    phase: dict[str, float] = {}  # wall seconds of the F, B and U tasks
     timeline: list[dict] = []  # this rank's records inside the window, clipped to it
     for r in recs:
         a, z = max(r["start"], lo), min(r["end"], hi)
         if r["device"] is not None and r["kind"] in ("compute", "update") and z > a:
             busy[r["device"]] = busy.get(r["device"], 0.0) + z - a
+            p = str(r["name"])[:2]
+            if p in ("F(", "B(", "U("):
+                phase[p[0]] = phase.get(p[0], 0.0) + z - a
         if z < a or (z == a and r["kind"] != "fill"):
             continue
         if r.get("link") is not None:
@@ -131,6 +137,10 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
         for d, v in part.items():
             key = names.get(d, str(d))
             merged[key] = merged.get(key, 0.0) + v / steps
+    phases: dict[str, float] = {}
+    for part in allgather(phase):
+        for k, v in part.items():
+            phases[k] = phases.get(k, 0.0) + v / steps
     all_times = allgather(times)
     bg = background_cores(clocks[0], clocks[-1]) if len(clocks) == 2 else None
     # over the whole window: a step's own figure alternates where the steps do
@@ -148,7 +158,8 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     return {"measured_time_s": max(allgather(period)),
             "measured_control_cpu_s": max(allgather(control_cpu)),
             "measured_step_times_s": [max(ts) for ts in zip(*all_times)],
-            "measured_per_device_busy_s": merged, "final_loss": float(h["step_loss"][-1]),
+            "measured_per_device_busy_s": merged, "measured_phase_s": phases,
+            "final_loss": float(h["step_loss"][-1]),
             "measured_terms": terms,
             "measured_background_cores": bg}
 

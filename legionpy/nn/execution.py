@@ -77,6 +77,7 @@ from ..geometry import Rect
 from ..mapper import StrategyMapper, update_points, weight_tiles
 from ..ops.execute import Tile, check_tiling, loss_gradient, tile_backward, tile_forward
 from ..ops.kernels.common import like
+from ..optimizer.graph import sparse_params
 from ..pipeline import device_major, launches, micro_of, recomputes
 from ..regions import RW, WD, Partition, R, Reduce, Region
 from ..runtime import FutureMap, LaunchOptions, TaskFunction
@@ -125,15 +126,6 @@ def initial_buffers(op: Any) -> dict[str, np.ndarray]:
     init = getattr(op, "initial_state", None) or {}
     return {"running_mean": np.array(init.get("running_mean", np.zeros(c)), np.float32),
             "running_var": np.array(init.get("running_var", np.ones(c)), np.float32)}
-
-
-def sparse_params(graph: Any) -> set[str]:
-    """The embedding tables updated sparsely (the rows a batch used):
-    parameters of embedding ops that no other kind of op uses (a table tied
-    to an output projection gets a dense gradient: updated densely)."""
-    emb = {p.name for op in graph.ops if op.kind == "embedding" for p in op.params.values()}
-    return emb - {p.name for op in graph.ops if op.kind != "embedding"
-                  for p in op.params.values()}
 
 
 def _drop_axis(a: Any, view: tuple[int, int] | None) -> Any:

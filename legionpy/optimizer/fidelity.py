@@ -153,6 +153,12 @@ class RuntimeOverhead:
     #: worker seconds a backward task costs beyond ``task_s`` (its gradient
     #: reductions: buffers to fill and fold; regressed with the others)
     back_task_s: float = 0.0
+    #: worker seconds an update task costs beyond ``task_s`` (folding the
+    #: weights' gradients in, the optimizer's Python; measured on one device)
+    update_task_s: float = 0.0
+    #: worker seconds per gradient a backward task reduces (the runtime's
+    #: reduction buffer and view, the fold's Python; measured on one device)
+    reduce_req_s: float = 0.0
     #: worker seconds per byte of a backward task's gradient reductions: each
     #: gradient it reduces (of its inputs and weights) is an identity-filled
     #: buffer it accumulates into and its reader folds in (seven passes over
@@ -213,7 +219,8 @@ class RuntimeOverhead:
     def is_zero(self) -> bool:
         return not (self.launch_s or self.copy_launch_s or self.task_s or self.copy_s
                     or self.req_launch_s or self.req_task_s or self.step_s or self.cores
-                    or self.back_task_s or self.reduce_byte_s
+                    or self.back_task_s or self.reduce_byte_s or self.update_task_s
+                    or self.reduce_req_s
                     or self.kernel_scale != 1.0)
 
     def under_load(self, background_cores: float | None) -> RuntimeOverhead:
@@ -229,8 +236,9 @@ class RuntimeOverhead:
     def control_s(self, reqs: int) -> float:
         return self.launch_s + reqs * self.req_launch_s
 
-    def worker_s(self, reqs: int, backward: bool = False) -> float:
-        return self.task_s + reqs * self.req_task_s + (self.back_task_s if backward else 0.0)
+    def worker_s(self, reqs: int, backward: bool = False, update: bool = False) -> float:
+        return (self.task_s + reqs * self.req_task_s + (self.back_task_s if backward else 0.0)
+                + (self.update_task_s if update else 0.0))
 
     def scale_for(self, intensity: float | None) -> float:
         """Concurrency slowdown of a kernel of ``intensity`` flop/byte: the
@@ -320,12 +328,22 @@ def requirement_counts(tasks: list[dict], graph: Any, update_fields: int) -> lis
 
 
 def reduction_bytes(tasks: list[dict], graph: Any) -> list[float]:
-    """Bytes of gradient each task reduces (legionpy/nn/execution.py
+    """Bytes of gradient each task reduces (:func:`gradient_reductions`)."""
+    return gradient_reductions(tasks, graph)[0]
+
+
+def gradient_reductions(tasks: list[dict], graph: Any) -> tuple[list[float], list[int]]:
+    """``(bytes, gradients)`` each task reduces (legionpy/nn/execution.py
     ``B(op)``: the gradient of every input whose producer has a backward,
-    and of every weight): the op's whole, shared alike by its ``B`` tasks
-    (equal tiles); 0 for every other task and without a graph."""
+    and of every weight; of a sparsely updated embedding table, the rows
+    the batch used: its output's bytes): bytes, the op's whole shared alike
+    by its ``B`` tasks (equal tiles), and how many gradients; 0 for every
+    other task and without a graph."""
     if graph is None:
-        return [0.0] * len(tasks)
+        return [0.0] * len(tasks), [0] * len(tasks)
+    from .graph import sparse_params
+
+    sparse = sparse_params(graph)
     ops = {op.name: op for op in graph.ops}
     names = []
     for t in tasks:
@@ -336,16 +354,20 @@ def reduction_bytes(tasks: list[dict], graph: Any) -> list[float]:
     for n in names:
         if n is not None:
             points[n] = points.get(n, 0) + 1
-    whole: dict[str, float] = {}
+    whole: dict[str, tuple[float, int]] = {}
     for n in points:
         op = ops.get(n)
         if op is None:
-            whole[n] = 0.0
+            whole[n] = (0.0, 0)
             continue
+        ins = [ref for ref in op.inputs if ref.op.has_backward]
         b = sum(float(np.prod(ref.op.output_shape)) * np.dtype(ref.op.dtype).itemsize
-                for ref in op.inputs if ref.op.has_backward)
-        whole[n] = b + sum(float(p.nbytes) for p in op.params.values())
-    return [whole[n] / points[n] if n is not None else 0.0 for n in names]
+                for ref in ins)
+        b += sum(float(np.prod(op.output_shape)) * np.dtype(op.dtype).itemsize
+                 if p.name in sparse else float(p.nbytes) for p in op.params.values())
+        whole[n] = (b, len(ins) + len(op.params))
+    return ([whole[n][0] / points[n] if n is not None else 0.0 for n in names],
+            [whole[n][1] if n is not None else 0 for n in names])
 
 
 def _kernel_scales(tasks: list[dict], graph: Any, overhead: RuntimeOverhead) -> list[float]:
@@ -431,11 +453,13 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     # a task's kernel: its op's, and a backward's gradient reductions (memory passes)
     kern = [0.0 if t["kind"] == "copy" else t["duration_s"] * scale[i] for i, t in
             enumerate(tasks)]
+    rbytes, rgrads = gradient_reductions(tasks, graph)
     if overhead.reduce_byte_s:
-        kern = [k + b * overhead.reduce_byte_s
-                for k, b in zip(kern, reduction_bytes(tasks, graph))]
+        kern = [k + b * overhead.reduce_byte_s for k, b in zip(kern, rbytes)]
     dur = [t["duration_s"] + overhead.copy_s if t["kind"] == "copy"
-           else kern[i] + overhead.worker_s(reqs[i], t["name"].startswith("B:"))
+           else kern[i] + overhead.worker_s(reqs[i], t["name"].startswith("B:"),
+                                            t["name"].startswith("U:"))
+           + rgrads[i] * overhead.reduce_req_s
            for i, t in enumerate(tasks)]
     proc = _processes(tasks, overhead.control_threads)
     if overhead.coll_s or overhead.coll_byte_s:  # collectives between ranks, as measured

@@ -25,7 +25,16 @@ from .. import ops as O
 from ..errors import GraphError
 from ..ops import Operator, Parameter, TensorRef
 
-__all__ = ["Graph", "Edge"]
+__all__ = ["Graph", "Edge", "sparse_params"]
+
+
+def sparse_params(graph: Graph) -> set[str]:
+    """The embedding tables updated sparsely (the rows a batch used):
+    parameters of embedding ops that no other kind of op uses (a table tied
+    to an output projection gets a dense gradient: updated densely)."""
+    emb = {p.name for op in graph.ops if op.kind == "embedding" for p in op.params.values()}
+    return emb - {p.name for op in graph.ops if op.kind != "embedding"
+                  for p in op.params.values()}
 
 
 class Edge(tuple):

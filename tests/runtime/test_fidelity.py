@@ -8,6 +8,7 @@ import math
 import os
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 import legionpy as lp
@@ -620,7 +621,7 @@ def test_a_backward_task_reduces_its_inputs_and_weights_gradients():
     import numpy as np
 
     from legionpy import models
-    from legionpy.optimizer.fidelity import reduction_bytes
+    from legionpy.optimizer.fidelity import gradient_reductions, reduction_bytes
 
     g = models.graph("lenet", scale="small").graph
     fc = next(op for op in g.ops if op.kind == "dense" and op.inputs[0].op.has_backward)
@@ -632,6 +633,7 @@ def test_a_backward_task_reduces_its_inputs_and_weights_gradients():
              {"name": "U:b0.0", "kind": "update"},
              {"name": "copy", "kind": "copy"}]
     assert reduction_bytes(tasks, g) == [0.0, grads / 2, grads / 2, 0.0, 0.0]
+    assert gradient_reductions(tasks, g)[1] == [0, 1 + len(fc.params), 1 + len(fc.params), 0, 0]
     first = g.ops[1]  # reads the input, which has no backward: weights only
     assert not first.inputs[0].op.has_backward
     assert reduction_bytes([{"name": f"B:{first.name}[0]", "kind": "compute"}], g) == [
@@ -642,6 +644,46 @@ def test_a_backward_task_reduces_its_inputs_and_weights_gradients():
     base = simulate_with_runtime(tg, ovh, g)["iteration_time_s"]
     more = simulate_with_runtime(tg, replace(ovh, reduce_byte_s=1e-9), g)["iteration_time_s"]
     assert more == pytest.approx(base + grads * 1e-9)
+
+
+def test_a_sparse_embedding_reduces_the_rows_its_batch_used():
+    from legionpy import models
+    from legionpy.optimizer.fidelity import reduction_bytes
+
+    g = models.graph("rnntc", scale="small").graph
+    emb = next(op for op in g.ops if op.kind == "embedding")
+    (b,) = reduction_bytes([{"name": f"B:{emb.name}[0]", "kind": "compute"}], g)
+    rows = float(np.prod(emb.output_shape)) * 4
+    assert b == rows < sum(p.nbytes for p in emb.params.values())
+
+
+def test_worker_terms_are_measured_by_phase_on_one_device():
+    """``phase_overheads``: per forward task, per gradient a backward task
+    reduces, per update task -- each phase's wall time less its kernels and
+    its reductions' bytes, over the one-device rows only."""
+    from legionpy.measure.calibration import phase_overheads
+
+    def row(strategy, f, b, u, grads, rbytes, scale=1.0):
+        # f forward tasks of 5 us, b backward of 40 us + 10 us per gradient,
+        # u updates of 30 us beyond the forward's, kernels of 100 us each
+        k = 100e-6
+        return {"strategy": strategy,
+                "phase_tasks": {"F": f, "B": b, "U": u},
+                "phase_kernel_s": {"F": f * k, "B": b * k, "U": u * k},
+                "phase_reduce_bytes": {"B": rbytes},
+                "phase_reduce_grads": {"B": grads},
+                "phase_wall_s": {"F": f * (k + 5e-6) * scale,
+                                 "B": b * (k + 5e-6) + grads * 10e-6 + rbytes * 1e-9,
+                                 "U": u * (k + 35e-6)}}
+
+    rows = [row("single", 10, 10, 1, 25, 1e5), row("single", 4, 4, 2, 6, 0.0),
+            row("data", 10, 10, 1, 25, 1e5, scale=3.0)]  # two workers: not used
+    got = phase_overheads(rows, reduce_byte_s=1e-9)
+    assert got["task_s"] == pytest.approx(5e-6)
+    assert got["reduce_req_s"] == pytest.approx(10e-6)
+    assert got["update_task_s"] == pytest.approx(30e-6)
+    assert got["back_task_s"] == got["req_task_s"] == 0.0
+    assert phase_overheads(rows[2:], 1e-9) is None  # no one-device row: not measured
 
 
 def test_reduce_byte_cost_is_seven_passes_at_the_stream_rate():
@@ -665,6 +707,12 @@ def test_a_calibration_row_s_period_is_its_fits_window_not_its_median_step(rt2, 
     (row,) = figs["calibration"]["rows"]
     # one device runs every task: a step cannot be shorter than its busy time
     assert row["period_s"] >= 0.9 * row["busy_s"] > 0
+    # each phase's tasks: their wall time on the trace, their kernels, the
+    # gradients the backward tasks reduce (what phase_overheads measures on)
+    assert set(row["phase_wall_s"]) == set("FBU") and min(row["phase_wall_s"].values()) > 0
+    assert row["phase_tasks"]["F"] == row["phase_tasks"]["B"] + 1  # the input: no backward
+    assert row["phase_reduce_grads"]["B"] > row["phase_tasks"]["B"]
+    assert sum(row["phase_wall_s"].values()) <= 1.05 * row["busy_s"]
     assert 0 < row["control_s"] <= row["period_s"]
     assert row["background_cores"] is None or row["background_cores"] >= 0
 
