@@ -42,7 +42,7 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   best match the measured ones (least squared log error over grids). Two
   wider synthetic models (kernels of 0.05-1 ms, which release the lock for
   part of their time) make the lock's share of a kernel identifiable; the
-  kernels are timed as predictions time them (``worker``: alone, one BLAS thread).
+  kernels are timed as predictions time them (``worker``: in a step's order).
   :func:`fit_copy_cost` (``copy_s`` alone) remains for a machine model
   without the lock.
 * :func:`calibrated_overhead` adds the kernels' concurrency slowdown, the
@@ -184,6 +184,8 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
     for sname in strategies:
         for m in (models() if models is not None else calibration_models()):
             strat = resolve_strategy(sname, m.graph, machine)
+            if hasattr(cm, "prime"):  # kernels timed in the step's order
+                cm.prime(m.graph, strat, machine)
             sim = Simulator(m.graph, machine, cm)
             res = sim.run(strat)
             tg = sim.tg.to_json(include_times=False)
@@ -461,9 +463,9 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     # the same figures; GPU devices keep the isolated profile
     cost: Any = "measured"
     if machine.devices and all(d.kind == "cpu" for d in machine.devices):
-        from ..optimizer.calibration import ContendedCostModel
+        from ..optimizer.calibration import StepCostModel
 
-        cost = ContendedCostModel.local(1)
+        cost = StepCostModel.local()
     figures = calibrate_layer_overhead(machine, verbose=verbose, cost=cost)
     graphs = figures.pop("taskgraphs")
     conc = measure_kernel_concurrency()
@@ -531,7 +533,8 @@ def drop_contended_costs() -> None:
         return
     folder = os.path.dirname(default_cache_path())
     for name in os.listdir(folder) if os.path.isdir(folder) else ():
-        if name.startswith("costs-contended-cpu-") and name.endswith(".json"):
+        if (name.startswith("costs-contended-cpu-") or name.startswith("costs-step-cpu")) \
+                and name.endswith(".json"):
             try:
                 os.remove(os.path.join(folder, name))
             except OSError:

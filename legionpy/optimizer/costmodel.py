@@ -78,8 +78,10 @@ def cost_model_from_spec(spec: str | None, concurrency: int | None = None,
     ``"contended"`` -> the same timed while ``concurrency - 1`` other devices
     run (:class:`~legionpy.optimizer.calibration.ContendedCostModel`; default:
     this process's cores); ``"worker"`` -> timed as a device's worker runs
-    it: alone, in its thread's CPU seconds, one BLAS thread (the local
-    machine model's kernels); a path -> :meth:`TableCostModel.from_json`."""
+    it in a step: in its thread's CPU seconds, one BLAS thread, a strategy's
+    tiles in the step's order (:class:`~legionpy.optimizer.calibration.
+    StepCostModel`, the local machine model's kernels); a path ->
+    :meth:`TableCostModel.from_json`."""
     if spec is None:
         return default_cost_model(machine)
     if spec == "analytic":
@@ -91,9 +93,9 @@ def cost_model_from_spec(spec: str | None, concurrency: int | None = None,
 
         return ContendedCostModel.local(concurrency or local_cores())
     if spec == "worker":
-        from .calibration import ContendedCostModel
+        from .calibration import StepCostModel
 
-        return ContendedCostModel.local(1)
+        return StepCostModel.local()
     if os.path.exists(spec):
         return TableCostModel.from_json(spec)
     raise StrategyError(f"unknown cost model {spec!r}: use 'analytic', 'measured', "

@@ -541,7 +541,7 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, kern: list,
     """:func:`~legionpy.optimizer.sharing.share_schedule` of the tasks (module
     doc): a task's Python work is its worker overhead and the first
     ``gil_kernel_s`` of its kernel (``kern``: its op's, and a backward's
-    gradient reductions) (a copy's: ``copy_s``); the control
+    gradient reductions; a copy's: ``copy_s``); the control
     thread of every process runs ``clock`` seconds of Python from the
     step's start, or, given the ``loss`` tasks, from when they end: ``fit``
     launches step i+1, then waits for step i's loss, then launches step i+2,
@@ -683,9 +683,9 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
                       sync: str | None = None, update_fields: int = 2,
                       update_scale: float = 1.0) -> dict[str, Any]:
     """Simulate one iteration; ``cost_model``: a CostModel, a ``--cost``
-    spec, ``"worker"`` (tile kernels timed alone as a device's worker runs
-    them, :class:`~legionpy.optimizer.calibration.ContendedCostModel` of
-    concurrency 1), or ``"contended"`` (timed with every other device of
+    spec, ``"worker"`` (tile kernels timed as a device's worker runs them
+    in a step, :class:`~legionpy.optimizer.calibration.StepCostModel`), or
+    ``"contended"`` (timed with every other device of
     the machine running the same kernel; the overhead's concurrency factors
     are then not applied).
     Returns the simulator's ``SimResult.to_dict()`` plus
@@ -707,13 +707,15 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
         cm = ContendedCostModel.local(max(1, len(machine.devices)))
         if overhead is not None:
             overhead = replace(overhead, kernel_scale=1.0, kernel_scale_mem=1.0)
-    elif cost_model == "worker":  # alone, as a worker runs them; scaled by the overhead's
-        from .calibration import ContendedCostModel
+    elif cost_model == "worker":  # as a worker runs them in a step; scaled by the overhead's
+        from .calibration import StepCostModel
 
-        cm = ContendedCostModel.local(1)
+        cm = StepCostModel.local()
     else:
         cm = cost_model if isinstance(cost_model, CostModel) \
             else cost_model_from_spec(cost_model)
+    if hasattr(cm, "prime"):  # kernels timed in the step's order (StepCostModel)
+        cm.prime(graph, strategy, machine)
     sim = Simulator(graph, machine, cm, sync=sync)
     res = sim.run(strategy)
     out = res.to_dict()

@@ -717,13 +717,38 @@ def test_a_calibration_row_s_period_is_its_fits_window_not_its_median_step(rt2, 
     assert row["background_cores"] is None or row["background_cores"] >= 0
 
 
-def test_the_worker_cost_model_times_kernels_alone_with_one_blas_thread(cache):
-    from legionpy.optimizer.calibration import ContendedCostModel  # noqa: F401
-    from legionpy.optimizer.costmodel import cost_model_from_spec
+def test_the_worker_cost_model_times_a_strategy_s_kernels_in_the_step_s_order(cache, rt2,
+                                                                                 monkeypatch):
+    """``worker`` costs: every tile of a strategy timed in a step's order
+    (forwards in graph order, then backwards in reverse), once, cached."""
+    from legionpy import models
+    from legionpy.optimizer.costmodel import cost_key, cost_model_from_spec
 
     cm = cost_model_from_spec("worker")
-    assert cm.concurrency == 1
-    assert os.path.basename(cm.cache_path) == "costs-contended-cpu-1.json"
+    assert cm.concurrency == 1 and os.path.basename(cm.cache_path) == "costs-step-cpu.json"
+    g = models.graph("lenet", scale="small").graph
+    machine = Machine.local()
+    order = []
+    runner = cm.runner
+
+    def spy(op, tile, dev):
+        f, b = runner(op, tile, dev)
+        return ((lambda: (order.append(("F", op.name)), f())[1]),
+                (lambda: (order.append(("B", op.name)), b())[1]))
+
+    monkeypatch.setattr(cm, "runner", spy)
+    st = Strategy.data_parallel(g, machine)
+    cm.prime(g, st, machine)
+    ops = [op.name for op in g.ops if op.kind != "input"]
+    step = [("F", n) for n in ops] + [("B", n) for n in reversed(ops)]
+    assert order == step * 7  # 2 warm-up and 5 timed steps
+    keys = {cost_key(op, t, "cpu") for op in g.ops if op.kind != "input"
+            for t in op.output_rect.split(st[op.name].degrees)}
+    assert keys <= set(cm.table) and all(min(cm.table[k]) > 0 for k in keys)
+    order.clear()
+    cm.prime(g, st, machine)  # timed already: nothing runs
+    assert order == []
+    assert os.path.exists(cm.cache_path)
 
 
 def test_lock_hold_probe():
