@@ -135,12 +135,13 @@ def measure_runtime_overhead(launches: int = 120, tile_rows: int = 16) -> Runtim
 
 
 def measure_kernel_concurrency(n: int = 320, elems: int = 1_000_000,
-                               reps: int = 10) -> dict[str, float]:
+                               reps: int = 10, tries: int = 3) -> dict[str, float]:
     """Kernel slowdown when every device runs at once (module doc), for a
     compute-bound kernel (four ``n`` x ``n`` float32 GEMMs) and a
     memory-bound one (four elementwise passes over ``elems`` floats): each
     launched ``reps`` times as a task on device 0 alone, then on every
-    device at once; medians of the trace's task durations. Returns
+    device at once; medians of the trace's task durations; of ``tries``
+    such pairs, the one with the least slowdown. Returns
     ``kernel_scale`` / ``kernel_scale_mem`` (together / alone, at least 1)
     and the two kernels' arithmetic intensities (flop per byte), between
     which :meth:`RuntimeOverhead.scale_for` interpolates. Collective under
@@ -172,21 +173,31 @@ def measure_kernel_concurrency(n: int = 320, elems: int = 1_000_000,
         name = f"_calib_{label}"
         task = TaskFunction(fn, [WD("x")], name=name, kind="compute")
         opts = LaunchOptions(name, "compute", None)
-        med = {}
-        for mode, cs in (("alone", colors[:1]), ("together", colors)):
-            for _ in range(2):
-                lr.index_launch(task, cs, part, launch_options=opts)
-            lr.fence()
-            with rt.trace.tap() as tap:  # leaves the user's LEGIONPY_TRACE whole
-                for _ in range(reps):
+        best: dict[str, float] | None = None
+        # the least slowdown of `tries`: the OS sometimes runs both device
+        # threads on one core for a while (one calibration measured 1.95x
+        # for the GEMM, where others measure 1.01-1.04), which no training
+        # step then sees; contention can only add time
+        for _ in range(tries):
+            med = {}
+            for mode, cs in (("alone", colors[:1]), ("together", colors)):
+                for _ in range(2):
                     lr.index_launch(task, cs, part, launch_options=opts)
-                    lr.fence()  # one launch at a time: the devices overlap only within it
-            recs = tap.records()
-            ds = [r["end"] - r["start"] for r in recs
-                  if r["kind"] == "compute" and r["name"].startswith(name)]
-            med[mode] = statistics.median(ds) if ds else 0.0
-        figures[f"{label}_alone_s"] = med["alone"]
-        figures[f"{label}_together_s"] = med["together"]
+                lr.fence()
+                with rt.trace.tap() as tap:  # leaves the user's LEGIONPY_TRACE whole
+                    for _ in range(reps):
+                        lr.index_launch(task, cs, part, launch_options=opts)
+                        lr.fence()  # one launch at a time: the devices overlap only within it
+                recs = tap.records()
+                ds = [r["end"] - r["start"] for r in recs
+                      if r["kind"] == "compute" and r["name"].startswith(name)]
+                med[mode] = statistics.median(ds) if ds else 0.0
+            if best is None or (med["alone"] > 0 and best["alone"] > 0
+                                and med["together"] / med["alone"]
+                                < best["together"] / best["alone"]):
+                best = med
+        figures[f"{label}_alone_s"] = best["alone"]
+        figures[f"{label}_together_s"] = best["together"]
     g = figures["gemm_together_s"] / figures["gemm_alone_s"] if figures["gemm_alone_s"] else 1
     m = (figures["stream_together_s"] / figures["stream_alone_s"]
          if figures["stream_alone_s"] else 1)
