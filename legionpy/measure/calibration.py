@@ -30,9 +30,11 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   reduces, ``update_task_s`` per update task. Measured, not regressed: the
   rows' totals cannot tell a forward task from a backward one (every model
   has as many of each), and the regression (the devices' busy time less the
-  kernels on ``tasks``, ``reqs`` and backward tasks, still made when no row
-  ran on one device) put 30-37 us on every task where the traces show
-  forward tasks ~5 us and backward ones 40-190 us beyond their kernels.
+  kernels on ``tasks``, ``reqs`` and backward tasks) put 30-37 us on every
+  task where the traces show forward tasks ~5 us and backward ones 40-190
+  us beyond their kernels. The regression stays when no row ran on one
+  device, and with more ranks than cores (a one-device row's worker then
+  has a core to itself while the other ranks idle).
 * **the interpreter lock** (:func:`fit_lock_terms`, issue 26): with the
   regressed terms fixed, the lock-sharing terms of
   :mod:`legionpy.optimizer.sharing` -- the seconds of a kernel that hold the
@@ -532,8 +534,9 @@ def reduce_byte_cost(conc: dict) -> float:
 
 
 def drop_contended_costs() -> None:
-    """Forget the kernel timings taken with the devices busy (they ran under
-    the same load as the calibration): they are timed again when next used."""
+    """Forget the kernel timings the local machine model took on this
+    machine (``worker`` and ``contended``: they ran under the same load as
+    the calibration): they are timed again when next used."""
     if get_runtime().rank != 0:
         return
     folder = os.path.dirname(default_cache_path())
