@@ -67,7 +67,7 @@ def check_cost_model(cost: str, machine) -> None:
     except Exception:  # no CuPy, or no CUDA device
         ok = False
     if not ok:
-        raise MachineError(f"--cost measured times kernels on this machine's GPUs, but "
+        raise MachineError(f"--cost {cost} times kernels on this machine's GPUs, but "
                            f"{machine.name} has GPUs and this machine has no CuPy GPU; use "
                            "--cost analytic, or a profile JSON measured on a GPU machine "
                            "(`legionpy profile MODEL --out FILE` there)")

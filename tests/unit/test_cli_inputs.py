@@ -19,6 +19,8 @@ BAD = [
     (["simulate", "alexnet", "--machine", "missing.json"], ["--machine", "missing.json"]),
     (["simulate", "lenet", "--machine", "p100:1x2", "--cost", "measured"],
      ["--cost measured", "CuPy", "--cost analytic"]),
+    (["simulate", "lenet", "--machine", "p100:1x2", "--cost", "worker"],
+     ["--cost worker", "CuPy", "--cost analytic"]),
     (["search", "lenet", "--out", "no/such/folder/x.json"], ["--out", "does not exist"]),
     (["simulate", "lenet", "--machine", "p100:4x0"], ["p100:4x0", "0 GPUs", "at least 1"]),
     (["simulate", "lenet", "--batch-size", "0"], ["--batch-size", ">= 1", "got 0"]),
