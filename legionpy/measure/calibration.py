@@ -371,10 +371,7 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
         if k in memo:
             return memo[k]
         o = replace(ovh, gil_switch=c["gil_switch"], copy_s=c["copy_s"], wake_s=c["wake_s"],
-                    gil_kernel_s=c["gil_kernel_s"], back_task_s=ovh.back_task_s * c["worker"],
-                    task_s=ovh.task_s * c["worker"], req_task_s=ovh.req_task_s * c["worker"],
-                    update_task_s=ovh.update_task_s * c["worker"],
-                    reduce_req_s=ovh.reduce_req_s * c["worker"])
+                    gil_kernel_s=c["gil_kernel_s"], **_workers(ovh, c["worker"]))
         err = 0.0
         for r, tg, graph in sims:
             out = simulate_with_runtime(tg, o.under_load(r.get("background_cores")), graph,
@@ -409,11 +406,16 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
     cur = best
     return {"gil_switch": cur["gil_switch"], "copy_s": cur["copy_s"], "wake_s": cur["wake_s"],
             "gil_kernel_s": cur["gil_kernel_s"],
-            "task_s": ovh.task_s * cur["worker"], "req_task_s": ovh.req_task_s * cur["worker"],
-            "back_task_s": ovh.back_task_s * cur["worker"],
-            "update_task_s": ovh.update_task_s * cur["worker"],
-            "reduce_req_s": ovh.reduce_req_s * cur["worker"],
-            "loss": loss(cur)}
+            **_workers(ovh, cur["worker"]), "loss": loss(cur)}
+
+
+#: the workers' per-task terms (RuntimeOverhead.worker_s and the gradients'
+#: reduce_req_s), which fit_lock_terms scales by one factor
+WORKER_TERMS = ("task_s", "req_task_s", "back_task_s", "update_task_s", "reduce_req_s")
+
+
+def _workers(ovh: RuntimeOverhead, factor: float) -> dict[str, float]:
+    return {k: getattr(ovh, k) * factor for k in WORKER_TERMS}
 
 
 def _overhead_path(machine_name: str) -> str:

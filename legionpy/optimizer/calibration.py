@@ -90,20 +90,8 @@ class ContendedCostModel:
 
     @staticmethod
     def local(concurrency: int, cache_path: str | None = None) -> Any:
-        from .costmodel import MeasuredCostModel, default_cache_path
-        from .kernel_timing import tile_runner
-
-        path = cache_path or os.path.join(os.path.dirname(default_cache_path()),
-                                          f"costs-contended-cpu-{concurrency}.json")
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-
-        class _Contended(MeasuredCostModel):
-            def time_callable(self, fn: Any, warmup: int = 2, repeats: int = 5) -> float:
-                return time_contended(fn, concurrency, warmup, repeats)
-
-        model = _Contended(tile_runner, path)
-        model.concurrency = concurrency
-        return model
+        return _cpu_cost_model(f"costs-contended-cpu-{concurrency}.json", concurrency,
+                               cache_path, in_step=False)
 
 
 class StepCostModel:
@@ -120,23 +108,32 @@ class StepCostModel:
 
     @staticmethod
     def local(cache_path: str | None = None) -> Any:
-        from .costmodel import MeasuredCostModel, default_cache_path
-        from .kernel_timing import tile_runner
+        return _cpu_cost_model("costs-step-cpu.json", 1, cache_path, in_step=True)
 
-        path = cache_path or os.path.join(os.path.dirname(default_cache_path()),
-                                          "costs-step-cpu.json")
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
-        class _Step(MeasuredCostModel):
-            def time_callable(self, fn: Any, warmup: int = 2, repeats: int = 5) -> float:
-                return time_contended(fn, 1, warmup, repeats)
+def _cpu_cost_model(filename: str, concurrency: int, cache_path: str | None,
+                    in_step: bool) -> Any:
+    """A MeasuredCostModel of tile kernels timed by :func:`time_contended`
+    (``concurrency - 1`` helper threads), cached in ``cache_path`` or
+    ``$LEGIONPY_CACHE/filename``; ``in_step``: with :meth:`prime`
+    (:func:`time_in_step`)."""
+    from .costmodel import MeasuredCostModel, default_cache_path
+    from .kernel_timing import tile_runner
 
-            def prime(self, graph: Any, strategy: Any, machine: Any) -> None:
-                time_in_step(self, graph, strategy, machine)
+    path = cache_path or os.path.join(os.path.dirname(default_cache_path()), filename)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
-        model = _Step(tile_runner, path)
-        model.concurrency = 1
-        return model
+    class _Timed(MeasuredCostModel):
+        def time_callable(self, fn: Any, warmup: int = 2, repeats: int = 5) -> float:
+            return time_contended(fn, concurrency, warmup, repeats)
+
+    class _Step(_Timed):
+        def prime(self, graph: Any, strategy: Any, machine: Any) -> None:
+            time_in_step(self, graph, strategy, machine)
+
+    model = (_Step if in_step else _Timed)(tile_runner, path)
+    model.concurrency = concurrency
+    return model
 
 
 def time_in_step(cm: Any, graph: Any, strategy: Any, machine: Any, warmup: int = 2,

@@ -31,6 +31,7 @@ All are collective under MPI and return rank 0's figures on every rank.
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 import statistics
@@ -167,35 +168,17 @@ def measure_kernel_concurrency(n: int = 320, elems: int = 1_000_000,
         for _ in range(4):
             np.maximum(x, 0.0)
 
-    colors = part.colors
     figures: dict[str, float] = {}
     for label, fn in (("gemm", gemm), ("stream", stream)):
         name = f"_calib_{label}"
         task = TaskFunction(fn, [WD("x")], name=name, kind="compute")
         opts = LaunchOptions(name, "compute", None)
-        best: dict[str, float] | None = None
         # the least slowdown of `tries`: the OS sometimes runs both device
         # threads on one core for a while (one calibration measured 1.95x
         # for the GEMM, where others measure 1.01-1.04), which no training
         # step then sees; contention can only add time
-        for _ in range(tries):
-            med = {}
-            for mode, cs in (("alone", colors[:1]), ("together", colors)):
-                for _ in range(2):
-                    lr.index_launch(task, cs, part, launch_options=opts)
-                lr.fence()
-                with rt.trace.tap() as tap:  # leaves the user's LEGIONPY_TRACE whole
-                    for _ in range(reps):
-                        lr.index_launch(task, cs, part, launch_options=opts)
-                        lr.fence()  # one launch at a time: the devices overlap only within it
-                recs = tap.records()
-                ds = [r["end"] - r["start"] for r in recs
-                      if r["kind"] == "compute" and r["name"].startswith(name)]
-                med[mode] = statistics.median(ds) if ds else 0.0
-            if best is None or (med["alone"] > 0 and best["alone"] > 0
-                                and med["together"] / med["alone"]
-                                < best["together"] / best["alone"]):
-                best = med
+        best = min((_alone_and_together(task, opts, name, part, reps) for _ in range(tries)),
+                   key=lambda m: m["together"] / m["alone"] if m["alone"] else math.inf)
         figures[f"{label}_alone_s"] = best["alone"]
         figures[f"{label}_together_s"] = best["together"]
     g = figures["gemm_together_s"] / figures["gemm_alone_s"] if figures["gemm_alone_s"] else 1
@@ -206,6 +189,29 @@ def measure_kernel_concurrency(n: int = 320, elems: int = 1_000_000,
                    intensity_mem=1.0 / 8,  # one op per float read and written
                    stream_bytes=4 * 2 * 4 * elems)  # a stream call's bytes moved
     return bcast_root(figures)
+
+
+def _alone_and_together(task: Any, opts: Any, name: str, part: Any,
+                        reps: int) -> dict[str, float]:
+    """Median seconds of ``task`` (its trace records start with ``name``)
+    launched ``reps`` times on the first point of ``part`` alone, then on
+    every point at once: ``{"alone", "together"}``."""
+    rt = lr.get_runtime()
+    med = {}
+    colors = part.colors
+    for mode, cs in (("alone", colors[:1]), ("together", colors)):
+        for _ in range(2):
+            lr.index_launch(task, cs, part, launch_options=opts)
+        lr.fence()
+        with rt.trace.tap() as tap:  # leaves the user's LEGIONPY_TRACE whole
+            for _ in range(reps):
+                lr.index_launch(task, cs, part, launch_options=opts)
+                lr.fence()  # one launch at a time: the devices overlap only within it
+        recs = tap.records()
+        ds = [r["end"] - r["start"] for r in recs
+              if r["kind"] == "compute" and r["name"].startswith(name)]
+        med[mode] = statistics.median(ds) if ds else 0.0
+    return med
 
 
 def _dense_tile(batch: int, width: int) -> Any:
