@@ -80,7 +80,7 @@ from ..mapper.resolve import resolve_strategy
 from ..models.rnn import embed_tokens, lstm_stack
 from ..optimizer.calibration import local_cores, nnls, task_counts
 from ..optimizer.costmodel import CostModel, cost_model_from_spec, default_cache_path
-from ..optimizer.fidelity import RuntimeOverhead
+from ..optimizer.fidelity import REDUCE_PASSES, RuntimeOverhead, device_reduce_byte_s
 from ..optimizer.simulator import Simulator
 from ..optimizer.strategy import atomic_write_json
 from ..probe.overhead import (
@@ -493,7 +493,8 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
                           kernel_scale_mem=conc["kernel_scale_mem"],
                           intensity_compute=conc["intensity_compute"],
                           intensity_mem=conc["intensity_mem"], cores=cores,
-                          reduce_byte_s=reduce_byte_cost(conc),
+                          reduce_byte_s=max(device_reduce_byte_s(machine).values(),
+                                            default=reduce_byte_cost(conc)),
                           control_threads=ranks, source="layer-api", machine=machine.name,
                           gil_kernel_s=lock["gil_kernel_s"], calibration=calib, **figures)
     # the workers' per-task terms measured by phase on the one-device rows
@@ -519,13 +520,12 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     return ovh
 
 
-#: memory passes over a reduced gradient's bytes: the buffer's identity fill
-#: (1), the task's ``+=`` (read two, write one) and the reader's fold (3)
-REDUCE_PASSES = 7
 
 
 def reduce_byte_cost(conc: dict) -> float:
-    """``RuntimeOverhead.reduce_byte_s``: :data:`REDUCE_PASSES` passes over a
+    """``RuntimeOverhead.reduce_byte_s`` of CPU devices (a GPU's reduce in its
+    own memory: :func:`~legionpy.optimizer.fidelity.device_reduce_byte_s`):
+    :data:`REDUCE_PASSES` passes over a
     byte at the rate :func:`~legionpy.probe.overhead.measure_kernel_concurrency`'s
     stream kernel moved bytes (alone: a pass moves each byte once, read or
     written, as the stream counts them); 0 without that figure."""

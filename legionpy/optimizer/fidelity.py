@@ -96,7 +96,7 @@ from ..affinity import core_blocks
 from .breakdown import breakdown, sim_timeline
 
 __all__ = ["RuntimeOverhead", "simulate_with_runtime", "simulate_strategy", "kendall_tau",
-           "relative_error", "requirement_counts"]
+           "relative_error", "requirement_counts", "device_reduce_byte_s", "REDUCE_PASSES"]
 
 
 # -- statistics ------------------------------------------------------------------------------
@@ -370,6 +370,22 @@ def gradient_reductions(tasks: list[dict], graph: Any) -> tuple[list[float], lis
             [whole[n][1] if n is not None else 0 for n in names])
 
 
+#: memory passes over a reduced gradient's bytes: the buffer's identity fill
+#: (1), the task's ``+=`` (read two, write one) and the reader's fold (3)
+REDUCE_PASSES = 7
+
+
+def device_reduce_byte_s(machine: Any) -> dict[str, float]:
+    """Seconds per byte of gradient reductions on each GPU of ``machine``:
+    :data:`REDUCE_PASSES` passes at its memory bandwidth. A GPU reduces in
+    its own memory; ``RuntimeOverhead.reduce_byte_s`` is the host's stream
+    rate, measured for the CPU devices' reductions (a GPU machine charged at
+    it predicted alexnet's step on an H200 at 355 ms for 89 measured,
+    26 Nov). CPU devices are left to the overhead's figure."""
+    return {d.name: REDUCE_PASSES / float(d.mem_bw) for d in getattr(machine, "devices", ())
+            if d.kind == "gpu" and getattr(d, "mem_bw", 0)}
+
+
 def _kernel_scales(tasks: list[dict], graph: Any, overhead: RuntimeOverhead) -> list[float]:
     """Each task's kernel concurrency slowdown (:meth:`RuntimeOverhead.scale_for`)
     from its op's arithmetic intensity (whole output; ``F`` forward, ``B``
@@ -406,7 +422,8 @@ def _kernel_scales(tasks: list[dict], graph: Any, overhead: RuntimeOverhead) -> 
 
 def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any = None,
                           pipelined: bool = False, update_fields: int = 2,
-                          update_scale: float = 1.0) -> dict[str, Any]:
+                          update_scale: float = 1.0,
+                          reduce_byte_s: dict[str, float] | None = None) -> dict[str, Any]:
     """Re-schedule a simulator task graph (``TaskGraph.to_json()``: tasks with
     ``duration_s`` and ``device``, ``deps``) with ``overhead`` (module doc).
     ``graph``: the operator graph, for the launch order and each task's
@@ -420,7 +437,10 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     update task reads and writes (weight, gradient and the optimizer's
     state); ``update_scale``: the optimizer's update kernel relative to the
     cost model's (plain SGD's; Adam makes ~4.7x the array passes,
-    :func:`legionpy.measure.fidelity.optimizer_update_terms`). Returns ``{"iteration_time_s",
+    :func:`legionpy.measure.fidelity.optimizer_update_terms`). ``reduce_byte_s``:
+    a device's seconds per byte of gradient reductions where it is not
+    ``overhead.reduce_byte_s`` (measured on the host's memory): a GPU's
+    (:func:`device_reduce_byte_s`). Returns ``{"iteration_time_s",
     "per_device_busy_s", "control_busy_s", "schedule_s"}``."""
     tasks = taskgraph["tasks"]
     n = len(tasks)
@@ -454,8 +474,10 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     kern = [0.0 if t["kind"] == "copy" else t["duration_s"] * scale[i] for i, t in
             enumerate(tasks)]
     rbytes, rgrads = gradient_reductions(tasks, graph)
-    if overhead.reduce_byte_s:
-        kern = [k + b * overhead.reduce_byte_s for k, b in zip(kern, rbytes)]
+    per_byte = reduce_byte_s or {}
+    if overhead.reduce_byte_s or per_byte:
+        kern = [k + b * per_byte.get(t["device"], overhead.reduce_byte_s)
+                for k, b, t in zip(kern, rbytes, tasks)]
     dur = [t["duration_s"] + overhead.copy_s if t["kind"] == "copy"
            else kern[i] + overhead.worker_s(reqs[i], t["name"].startswith("B:"),
                                             t["name"].startswith("U:"))
@@ -728,7 +750,8 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
                              period_s=res.iteration_time_s)
     if overhead is not None and not overhead.is_zero:
         r = simulate_with_runtime(tg, overhead, graph, pipelined=pipelined,
-                                  update_fields=update_fields, update_scale=update_scale)
+                                  update_fields=update_fields, update_scale=update_scale,
+                                  reduce_byte_s=device_reduce_byte_s(machine))
         out["terms"] = breakdown(sim_timeline(tg, r["task_start_s"], r["task_end_s"], rows),
                                  period_s=r["iteration_time_s"], control_s=r["control_busy_s"])
         out["iteration_time_s"] = r["iteration_time_s"]

@@ -64,7 +64,8 @@ def local_machine(n_cpu_devices: int | None = None, refresh: bool = False) -> Ma
         if d.kind == "gpu":
             gpu = figures.get("gpu_memcpy", memcpy)
             devs.append(DeviceSpec(d.id, f"gpu{d.id}", "gpu", node, _GPU_FLOPS,
-                                   gpu["bandwidth"], 16 * 2**30, memcpy["bandwidth"]))
+                                   gpu.get("mem_bw", gpu["bandwidth"]), 16 * 2**30,
+                                   memcpy["bandwidth"]))
         else:
             devs.append(DeviceSpec(d.id, f"cpu{d.id}", "cpu", node, flops,
                                    memcpy["bandwidth"], _host_memory(), float("inf")))

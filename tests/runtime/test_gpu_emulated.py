@@ -136,3 +136,22 @@ def test_training_steps_on_emulated_gpus_equal_cpu(monkeypatch, model, strategy)
     assert on_gpu.keys() == on_cpu.keys()
     for k in on_cpu:
         np.testing.assert_allclose(on_gpu[k], on_cpu[k], rtol=1e-5, atol=1e-6)
+
+
+def test_the_local_gpu_s_memory_bandwidth_is_probed_read_and_write(emu, tmp_path,
+                                                                   monkeypatch):
+    """``Machine.local()``'s GPUs carry the probe's memory traffic per second
+    (a copy reads and writes each byte: twice the copy rate), not the copy
+    link's bytes: a gradient reduction's passes are charged at it
+    (``device_reduce_byte_s``). On an H200 the 4 MiB copy probe read 312
+    GB/s, and every reduction was charged at it."""
+    from legionpy.optimizer import Machine
+    from legionpy.probe.job import describe_job
+
+    monkeypatch.setenv("LEGIONPY_CACHE", str(tmp_path))
+    emu(2)
+    devs = Machine.local(refresh=True).devices
+    gpu = describe_job()["links"]["gpu_memcpy"]  # the figures it was built from
+    assert gpu["mem_bw"] == pytest.approx(2 * gpu["bandwidth"])
+    assert [d.kind for d in devs] == ["gpu", "gpu"]
+    assert all(d.mem_bw == pytest.approx(gpu["mem_bw"]) for d in devs)

@@ -77,6 +77,7 @@ def test_emulated_smoke_run_covers_the_step_table_and_the_comparison(monkeypatch
     assert out["emulated"] and out["scale"] == "small"
     step = out["steps"]["rnnlm"]
     assert step["legionpy_s"] > 0 and np.isfinite(step["loss"])
+    assert 0 < step["legionpy_steady_s"] < 2 * step["legionpy_s"]
     try:
         import torch  # noqa: F401
         assert step["torch_s"] > 0 and step["torch_cudnn_s"] > 0
