@@ -691,8 +691,12 @@ def test_a_gpu_reduces_gradients_at_its_own_memory_bandwidth_not_the_host_s():
     run in the GPU's memory (an H200's alexnet step was predicted 355 ms for
     89 measured when charged at the host's rate)."""
     from legionpy import models
-    from legionpy.optimizer.fidelity import (REDUCE_PASSES, device_reduce_byte_s,
-                                             gradient_reductions, simulate_strategy)
+    from legionpy.optimizer.fidelity import (
+        REDUCE_PASSES,
+        device_reduce_byte_s,
+        gradient_reductions,
+        simulate_strategy,
+    )
     from legionpy.optimizer.strategy import Strategy
 
     g = models.graph("lenet", scale="small").graph
