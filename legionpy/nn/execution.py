@@ -532,7 +532,7 @@ class Executor:
         while len(self._stats) > keep:
             for op, fm in self._stats.pop(0):
                 buf, mom = self.buffers[op.name], op.attrs.get("momentum", 0.1)
-                for r in fm.get():
+                for r in fm.gather():  # every rank folds every step: a collective
                     if r is None:
                         continue
                     c0, c1, mean, var, n = r

@@ -324,7 +324,9 @@ class Model:
         def consume(fm: Any) -> None:
             nonlocal seen
             step: dict[str, float] = {}
-            for r in fm.get():
+            # a collective under mpirun: every rank consumes every step, and
+            # each sends the results it has instead of asking the owners
+            for r in fm.gather():
                 for k, v in r.items():
                     step[k] = step.get(k, 0.0) + v
             for k, v in step.items():

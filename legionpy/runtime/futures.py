@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from ..errors import TaskError
 from .scheduler import FAILED, Op, Scheduler
 
 __all__ = ["Future", "FutureMap"]
@@ -109,6 +110,31 @@ class FutureMap:
             self.wait(timeout)
             next(iter(self._futures.values()))._sched.fetch(ghosts, timeout)
         return [f.get(timeout) for f in self._futures.values()]
+
+    def gather(self, timeout: float | None = None) -> list[Any]:
+        """:meth:`get` as a collective under MPI: every rank calls it for
+        this FutureMap at the same point of its program (as ``fit`` does
+        each step), and each sends the results of the points it ran to the
+        others at once, instead of each rank asking the owners and waiting
+        for their watchdog (``Cluster.exchange``). Without MPI, :meth:`get`.
+        A rank that does not call it leaves the others waiting until
+        ``LEGIONPY_MPI_TIMEOUT``, which then names the call."""
+        futures = list(self._futures.values())
+        sched = futures[0]._sched if futures else None
+        exchange = getattr(sched, "exchange", None)
+        if exchange is None:
+            return self.get(timeout)
+        local = [f._op for f in futures if not f._op.remote]
+        for f in futures:
+            if not f._op.remote:
+                try:
+                    f.get(timeout)  # finished, and a GPU result on the host
+                except TaskError:
+                    pass  # sent to the others as failed; raised below
+        exchange(local, [f._op for f in futures if f._op.remote],
+                 f"FutureMap.gather of {len(futures)} points (first: "
+                 f"{futures[0]._op.name})", timeout)
+        return [f.get(timeout) for f in futures]
 
     def __repr__(self) -> str:
         return f"FutureMap({len(self.colors)} points)"

@@ -118,6 +118,8 @@ class Scheduler:
         self.on_done = on_done  # trace / debug hook, called after each op
         self.interrupt: BaseException | None = None  # set by the MPI watchdog: waits raise it
         self.fetch: Callable[[list[Op], float | None], None] | None = None  # remote results
+        #: results of a FutureMap as a collective (MPI: Cluster.exchange), or None
+        self.exchange: Callable[..., None] | None = None
         #: set while a trace is recorded (runtime/tracing.py): ``recorder(op, deps)``
         #: sees every submitted op with the ops it was made to wait for
         self.recorder: Callable[[Op, list], None] | None = None

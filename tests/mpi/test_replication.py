@@ -81,6 +81,13 @@ def test_mismatch_before_a_fence_times_out_instead_of_hanging():
     assert "finished" not in out.stdout
 
 
+def test_a_gather_one_rank_skips_times_out_and_names_the_call():
+    out, _ = _fails("gather", env={"LEGIONPY_MPI_TIMEOUT": "2"})
+    assert "waited 2 s for the other ranks at FutureMap.gather of 2 points" in out.stderr, \
+        out.stderr
+    assert "gathered" not in out.stdout
+
+
 @pytest.mark.parametrize("strategy", ["data", "model"])
 def test_tile_sized_instances_on_two_ranks_with_replays(strategy):
     """Instances cover their tiles under mpirun too (issue 16 item 1), with

@@ -1,11 +1,12 @@
-"""Failure cases, one per run: ``failures.py raise|kill|mismatch|hang``.
+"""Failure cases, one per run: ``failures.py raise|kill|mismatch|hang|gather``.
 
 raise: a task on rank 1 raises; every rank must print the same message and
 the job must end (MPI_Abort). kill: rank 1 SIGKILLs itself while rank 0
 waits for its result. mismatch: rank 1 launches another task; the fence
 raises RankMismatchError. hang: rank 0 launches a task that needs data from
 rank 1 that rank 1 never launches; the receive times out
-(LEGIONPY_MPI_TIMEOUT) instead of hanging."""
+(LEGIONPY_MPI_TIMEOUT) instead of hanging. gather: rank 0 gathers a
+FutureMap that rank 1 never gathers; the wait times out and names the call."""
 
 import os
 import signal
@@ -69,5 +70,10 @@ elif mode == "hang":
     lp.index_launch(fill_tile, P.colors, P)
     if rank == 0:
         print("rank 0 total", total(R).get(), flush=True)  # needs rank 1's tile
+    lp.fence()
+elif mode == "gather":  # FutureMap.gather is a collective: rank 1 does not call it
+    fm = lp.index_launch(other, range(n), 2)
+    if rank == 0:
+        print("rank 0 gathered", fm.gather(), flush=True)
     lp.fence()
 print(f"rank {rank} finished {mode} after {time.time() - t0:.1f} s", flush=True)

@@ -1,7 +1,7 @@
 """Several cross-rank behaviours in one mpirun (start-up costs ~1 s each):
 reductions from every rank, Region.read on every rank, futures across
 ranks (get on every rank, get on one rank only, a future as the argument of
-a task on another rank, FutureMap.get), devices numbered rank-major, and
+a task on another rank, FutureMap.get and .gather), devices numbered rank-major, and
 describe_job(). Prints "OK features rank R" on success."""
 
 import numpy as np
@@ -88,6 +88,12 @@ assert chain.get() == tuple(range(2 * n)), chain.get()
 fm2 = lp.index_launch(whoami, range(n), 3)
 fm3 = lp.index_launch(plus, range(n), fm2, (1,))  # FutureMap projected by color
 assert fm3.get() == [(3, d.rank, 1) for d in devs]
+# FutureMap.gather: a collective, every rank sends the results it ran (fit's loss)
+fm4 = lp.index_launch(whoami, range(n), 4)
+assert fm4.gather() == [(4, d.rank) for d in devs]
+assert fm4.get() == fm4.gather()  # kept: a later get or gather asks nobody
+fm5 = lp.index_launch(whoami, [(0,)], 6)  # one point: the other ranks only receive
+assert fm5.gather() == [(6, 0)]
 late = whoami(5)
 if rank == 0:  # only one rank asks: the owner answers from its service thread
     assert late.get()[0] == 5 and 0 <= late.get()[1] < size
