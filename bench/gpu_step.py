@@ -216,12 +216,14 @@ def compare_table(args, out: dict) -> None:
     try:
         print(f"simulate --compare on {args.devices} {'EMULATED ' if args.emulated else ''}"
               f"GPU(s), {args.scale} shapes, {args.compare_steps} timed steps"
-              + ("  (one GPU: data, model and search are one strategy)"
+              + ("  (one GPU: data, model and search are one strategy, run once)"
                  if args.devices == 1 else ""))
         print(f"  {'model':<10} {'strategy':<8} {'simulated ms':>13} {'measured ms':>12} "
               f"{'error':>7}")
+        # one GPU: data, model and search are the one-device strategy; run it once
+        strategies = ("data",) if args.devices == 1 else ("data", "model", "search")
         for name in args.models:
-            for strategy in ("data", "model", "search"):
+            for strategy in strategies:
                 r = compare(name, strategy, scale=args.scale, steps=args.compare_steps,
                             warmup=2)
                 rows.append({"model": name, "strategy": strategy,

@@ -520,8 +520,6 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     return ovh
 
 
-
-
 def reduce_byte_cost(conc: dict) -> float:
     """``RuntimeOverhead.reduce_byte_s`` of CPU devices (a GPU's reduce in its
     own memory: :func:`~legionpy.optimizer.fidelity.device_reduce_byte_s`):
