@@ -86,6 +86,7 @@ from ..optimizer.strategy import atomic_write_json
 from ..probe.overhead import (
     background_cores,
     cpu_clock,
+    least_slowdown,
     measure_kernel_concurrency,
     measure_lock_hold,
     measure_mpi_collectives,
@@ -470,9 +471,13 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
         from ..optimizer.calibration import StepCostModel
 
         cost = StepCostModel.local()
+    # the kernels' concurrency slowdown before and after the rows, the least
+    # of both (probe.overhead.least_slowdown): a passing episode of contention
+    # seldom covers both
+    before = measure_kernel_concurrency()
     figures = calibrate_layer_overhead(machine, verbose=verbose, cost=cost)
     graphs = figures.pop("taskgraphs")
-    conc = measure_kernel_concurrency()
+    conc = least_slowdown(before, measure_kernel_concurrency())
     lock = measure_lock_hold()
     coll = measure_mpi_collectives()
     calib = dict(figures.pop("calibration"), **conc, lock_hold=lock["lock_hold"],

@@ -415,6 +415,29 @@ def test_layer_api_calibration_on_synthetic_models(rt2, cache):
     assert c["intensity_compute"] > c["intensity_mem"] > 0
 
 
+def test_the_concurrency_slowdown_is_the_least_of_probes_apart_in_time():
+    """A passing episode of contention (a fresh process read 1.9x for the
+    GEMM in three tries back to back) is not the kernels' slowdown: each
+    kernel keeps the probe with the least, and the scales follow it."""
+    from legionpy.probe.overhead import least_slowdown
+
+    def probe(g_alone, g_together, s_alone, s_together):
+        return {"gemm_alone_s": g_alone, "gemm_together_s": g_together,
+                "stream_alone_s": s_alone, "stream_together_s": s_together,
+                "intensity_compute": 53.3, "intensity_mem": 0.125, "stream_bytes": 32e6}
+
+    early = probe(2.1e-3, 4.0e-3, 1.2e-3, 1.3e-3)  # the GEMM contended
+    late = probe(2.1e-3, 2.2e-3, 1.2e-3, 1.8e-3)   # the stream contended
+    got = least_slowdown(early, late)
+    assert got["gemm_together_s"] == 2.2e-3 and got["stream_together_s"] == 1.3e-3
+    assert got["kernel_scale"] == pytest.approx(2.2 / 2.1)
+    assert got["kernel_scale_mem"] == pytest.approx(1.3 / 1.2)
+    assert got["stream_bytes"] == 32e6
+    faster = probe(2.1e-3, 2.0e-3, 1.2e-3, 1.1e-3)  # together faster: no slowdown
+    assert least_slowdown(faster)["kernel_scale"] == least_slowdown(faster)[
+        "kernel_scale_mem"] == 1.0
+
+
 def test_simulate_compare_collective_sync(cache, capsys):
     """``--compare --sync collective``: the simulator's collective task graph
     against a run that trains with sync="collective" (the runtime runs it)."""
