@@ -149,9 +149,7 @@ def cost_spec(text: str) -> str:
         return text
     if not os.path.exists(text):
         raise _Bad(f"{text!r} is not 'analytic', 'measured', 'worker', 'contended' or an "
-                   "existing "
-                   "profile JSON "
-                   "(write one with `legionpy profile MODEL --out FILE`)")
+                   "existing profile JSON (write one with `legionpy profile MODEL --out FILE`)")
     return in_file(text)
 
 

@@ -80,7 +80,12 @@ from ..mapper.resolve import resolve_strategy
 from ..models.rnn import embed_tokens, lstm_stack
 from ..optimizer.calibration import local_cores, nnls, task_counts
 from ..optimizer.costmodel import CostModel, cost_model_from_spec, default_cache_path
-from ..optimizer.fidelity import REDUCE_PASSES, RuntimeOverhead, device_reduce_byte_s
+from ..optimizer.fidelity import (
+    REDUCE_PASSES,
+    RuntimeOverhead,
+    device_reduce_byte_s,
+    gradient_reductions,
+)
 from ..optimizer.simulator import Simulator
 from ..optimizer.strategy import atomic_write_json
 from ..probe.overhead import (
@@ -247,8 +252,6 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
 def _phase_figures(tg: dict, graph: Any) -> dict[str, dict[str, float]]:
     """Per phase (``F``, ``B``, ``U``) of a simulated task graph: its tasks,
     their kernels' seconds and the gradient bytes they reduce."""
-    from ..optimizer.fidelity import gradient_reductions
-
     out: dict[str, dict[str, float]] = {"phase_tasks": {}, "phase_kernel_s": {},
                                         "phase_reduce_bytes": {}, "phase_reduce_grads": {}}
     red, grads = gradient_reductions(tg["tasks"], graph)

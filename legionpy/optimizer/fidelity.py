@@ -162,7 +162,8 @@ class RuntimeOverhead:
     #: worker seconds per byte of a backward task's gradient reductions: each
     #: gradient it reduces (of its inputs and weights) is an identity-filled
     #: buffer it accumulates into and its reader folds in (seven passes over
-    #: its bytes: fill 1, += 3, fold 3) at the measured stream rate
+    #: its bytes: fill 1, += 3, fold 3) at the measured stream rate (a GPU
+    #: machine's: its GPUs' memory bandwidth, :func:`device_reduce_byte_s`)
     #: (:func:`reduction_bytes`; the synthetic models' gradients are too small
     #: to fit it: zoo backward tasks took 50-250 us beyond their kernels)
     reduce_byte_s: float = 0.0

@@ -169,23 +169,27 @@ def measure_kernel_concurrency(n: int = 320, elems: int = 1_000_000,
         for _ in range(4):
             np.maximum(x, 0.0)
 
-    figures: dict[str, float] = {}
+    kernels = []
     for label, fn in (("gemm", gemm), ("stream", stream)):
         name = f"_calib_{label}"
-        task = TaskFunction(fn, [WD("x")], name=name, kind="compute")
-        opts = LaunchOptions(name, "compute", None)
-        # the least slowdown of `tries`: the OS sometimes runs both device
-        # threads on one core for a while (one calibration measured 1.95x
-        # for the GEMM, where others measure 1.01-1.04), which no training
-        # step then sees; contention can only add time
-        best = min((_alone_and_together(task, opts, name, part, reps) for _ in range(tries)),
-                   key=lambda m: m["together"] / m["alone"] if m["alone"] else math.inf)
-        figures[f"{label}_alone_s"] = best["alone"]
-        figures[f"{label}_together_s"] = best["together"]
-    figures.update(intensity_compute=2.0 * n ** 3 / (3 * n * n * 4),  # flop / byte
-                   intensity_mem=1.0 / 8,  # one op per float read and written
-                   stream_bytes=4 * 2 * 4 * elems)  # a stream call's bytes moved
-    return bcast_root(_with_scales(figures))
+        kernels.append((label, name, TaskFunction(fn, [WD("x")], name=name, kind="compute"),
+                        LaunchOptions(name, "compute", None)))
+    measured = []
+    for _ in range(tries):
+        figures: dict[str, float] = {}
+        for label, name, task, opts in kernels:
+            m = _alone_and_together(task, opts, name, part, reps)
+            figures[f"{label}_alone_s"], figures[f"{label}_together_s"] = m["alone"], m["together"]
+        measured.append(figures)
+    # the least slowdown of `tries`: the OS sometimes runs both device
+    # threads on one core for a while (one calibration measured 1.95x for
+    # the GEMM, where others measure 1.01-1.04), which no training step then
+    # sees; contention can only add time
+    best = least_slowdown(*measured)
+    best.update(intensity_compute=2.0 * n ** 3 / (3 * n * n * 4),  # flop / byte
+                intensity_mem=1.0 / 8,  # one op per float read and written
+                stream_bytes=4 * 2 * 4 * elems)  # a stream call's bytes moved
+    return bcast_root(best)
 
 
 def _with_scales(figures: dict[str, float]) -> dict[str, float]:

@@ -124,14 +124,13 @@ class FutureMap:
         exchange = getattr(sched, "exchange", None)
         if exchange is None:
             return self.get(timeout)
-        local = [f._op for f in futures if not f._op.remote]
-        for f in futures:
-            if not f._op.remote:
-                try:
-                    f.get(timeout)  # finished, and a GPU result on the host
-                except TaskError:
-                    pass  # sent to the others as failed; raised below
-        exchange(local, [f._op for f in futures if f._op.remote],
+        mine = [f for f in futures if not f._op.remote]
+        for f in mine:
+            try:
+                f.get(timeout)  # finished, and a GPU result on the host
+            except TaskError:
+                pass  # sent to the others as failed; raised below
+        exchange([f._op for f in mine], [f._op for f in futures if f._op.remote],
                  f"FutureMap.gather of {len(futures)} points (first: "
                  f"{futures[0]._op.name})", timeout)
         return [f.get(timeout) for f in futures]

@@ -46,6 +46,7 @@ import numpy as np
 
 from .. import affinity
 from ..errors import TaskError
+from .scheduler import FAILED
 
 __all__ = ["launched_under_mpi", "cluster", "Cluster", "MPI_ENV_VARS", "bcast_root", "allgather"]
 
@@ -297,7 +298,7 @@ class Cluster:
         26). ``what``: the call site, for the timeout's message."""
         mine = {}
         for op in local:
-            mine[op.id] = (False, str(op.error)) if op.state == 3 else (True, op.result)
+            mine[op.id] = (False, str(op.error)) if op.state == FAILED else (True, op.result)
         try:
             blob = pickle.dumps(mine, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result
@@ -351,7 +352,7 @@ class Cluster:
                     out.append((False, f"rank {self.rank} has no task op {i} to send to rank "
                                        f"{src}: the ranks run different programs, or the "
                                        "Future was dropped on the rank that ran it"))
-                elif o.state == 3:
+                elif o.state == FAILED:
                     out.append((False, str(o.error)))
                 else:
                     out.append((True, o.result))

@@ -641,8 +641,6 @@ def test_a_backward_task_reduces_its_inputs_and_weights_gradients():
     whose producer has a backward and of every weight, its op's whole shared
     by its points; ``F``, ``U`` and copies reduce nothing. With
     ``reduce_byte_s`` those bytes lengthen the backward tasks."""
-    import numpy as np
-
     from legionpy import models
     from legionpy.optimizer.fidelity import gradient_reductions, reduction_bytes
 
