@@ -124,6 +124,10 @@ class FutureMap:
         exchange = getattr(sched, "exchange", None)
         if exchange is None:
             return self.get(timeout)
+        # every point finished here first, ghosts included, as in get(): on a
+        # GPU runtime a ghost finishes by running a stream marker, whose None
+        # would overwrite a result that arrived before it ran (CI lost a loss)
+        self.wait(timeout)
         mine = [f for f in futures if not f._op.remote]
         for f in mine:
             try:

@@ -55,6 +55,17 @@ def test_ranks_sharing_a_gpu_use_mpi():
                if line.startswith("TRANSPORTS")), out.stdout
 
 
+def test_gather_keeps_a_result_that_arrives_before_its_ghost_finishes():
+    """FutureMap.gather on emulated GPUs: rank 1's ghost of rank 0's point
+    waits for a slow local reader; the result rank 0 sends arrives first and
+    must survive the ghost's stream marker (it came back None, and fit's
+    loss with it, in 1 CI run of 6)."""
+    out = run_mpi(2, [PROG, "gather"], timeout=60,
+                  env={**FAST, "LEGIONPY_GPU_BACKEND": "emulated", "LEGIONPY_GPUS": "1",
+                       "LEGIONPY_EMU_VISIBLE": "1"})
+    assert out.stdout.count("OK gather rank") == 2, out.stdout + out.stderr
+
+
 def test_dead_rank_inside_an_nccl_collective_is_named():
     """The NCCL communicator exists (a first all-reduce ran on it), then
     rank 1 dies: rank 0's NCCL all-reduce never completes; it aborts the

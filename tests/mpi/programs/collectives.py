@@ -1,4 +1,4 @@
-"""Collectives under mpirun (issue 24): ``collectives.py ops|train|die [after]``.
+"""Collectives under mpirun (issue 24): ``collectives.py ops|train|gather|die [after]``.
 
 ops: all-reduce (ring, tree), reduce-scatter and all-gather over every
 device through the MPI transport (one sub-communicator, non-blocking
@@ -110,6 +110,29 @@ elif mode == "train":
                                        atol=1e-6, err_msg=f"{sname} {k}")
     print(f"TRANSPORTS rank {rank}: {sorted(x for x in transports if x)}", flush=True)
     print(f"OK collective training rank {rank}", flush=True)
+elif mode == "gather":
+    # a ghost still pending when its result arrives: point 0 (rank 0) writes
+    # what a slow reader on rank 1 reads, so rank 1's ghost of it waits for
+    # that reader, while rank 0 ran it and sends its result at once; on GPU
+    # runtimes a ghost ends by running a stream marker (FutureMap.gather)
+    n = len(lr.get_runtime().devices)
+    part = rows(n)
+    first = part[(0,)]
+
+    def slow(v):
+        if rank == 1:
+            time.sleep(0.4)
+
+    def mark(v):
+        v.x[...] = 1
+        return ("wrote", MPI.COMM_WORLD.rank)
+
+    lr.index_launch(put(data(n, 0)), part.colors, part)
+    lr.index_launch(lr.TaskFunction(slow, [R("x")], name="slow"), part.colors, first)
+    fm = lr.index_launch(lr.TaskFunction(mark, [WD("x")], name="mark"), part.colors, part)
+    got = fm.gather()
+    assert got == [("wrote", p * MPI.COMM_WORLD.size // n) for p in range(n)], got
+    print(f"OK gather rank {rank}", flush=True)
 elif mode == "die":
     n = len(lr.get_runtime().devices)
     part = rows(n)
