@@ -27,10 +27,13 @@ way: each rank's threads share its block, not the whole node.
 from __future__ import annotations
 
 import os
+import resource
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-__all__ = ["core_blocks", "bind_rank", "binding", "node_cores", "unbound"]
+__all__ = ["core_blocks", "bind_rank", "binding", "node_cores", "unbound", "cpu_clock",
+           "own_background"]
 
 #: the cores this process could use before :func:`bind_rank` (None: not bound)
 _original: frozenset[int] | None = None
@@ -151,3 +154,32 @@ def unbound() -> Iterator[None]:
         yield
     finally:
         _set_all(_block)
+
+
+# -- how busy the node's cores are ----------------------------------------------------------
+
+def cpu_clock() -> tuple[float, float, float] | None:
+    """``(wall s, CPU-seconds the whole machine has been busy, CPU-seconds of
+    this process)`` now, from ``/proc/stat`` (busy = all but idle and iowait,
+    steal included; 10 ms ticks: a figure over less than ~0.5 s is rough)
+    and ``getrusage``; None where ``/proc/stat`` is missing."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    # this process's in microseconds (os.times counts 10 ms ticks, as
+    # /proc/stat does: over a 50 ms window the two ticks alone were +-0.4 cores)
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return time.perf_counter(), (sum(v) - v[3] - v[4]) / tick, own.ru_utime + own.ru_stime
+
+
+def own_background(start: tuple | None, end: tuple | None) -> float | None:
+    """Cores other programs kept busy between two :func:`cpu_clock`
+    readings: the machine's busy CPU-seconds less this process's, over the
+    wall seconds (one process; under MPI
+    :func:`legionpy.probe.overhead.background_cores` sums the ranks')."""
+    if start is None or end is None or end[0] <= start[0]:
+        return None
+    return max(0.0, ((end[1] - start[1]) - (end[2] - start[2])) / (end[0] - start[0]))

@@ -51,7 +51,7 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   interpreter lock's hold of a kernel
   (:func:`~legionpy.probe.overhead.measure_lock_hold`), the cores and the
   control threads; :func:`runtime_overhead` caches the result
-  per machine in ``$LEGIONPY_CACHE/overhead-v11-MACHINE[-bound].json``.
+  per machine in ``$LEGIONPY_CACHE/overhead-v12-MACHINE[-bound].json``.
 * **a calibration taken under load is redone when the machine is quiet.**
   Every row measures the cores other programs kept busy meanwhile; when
   their median is over :data:`LOADED_CORES` the calibration is *loaded*
@@ -83,6 +83,7 @@ from ..optimizer.costmodel import CostModel, cost_model_from_spec, default_cache
 from ..optimizer.fidelity import (
     REDUCE_PASSES,
     RuntimeOverhead,
+    annotate_lock_shares,
     device_reduce_byte_s,
     gradient_reductions,
 )
@@ -197,6 +198,8 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
             sim = Simulator(m.graph, machine, cm)
             res = sim.run(strat)
             tg = sim.tg.to_json(include_times=False)
+            if hasattr(cm, "lock_shares"):  # as simulate_strategy sees the kernels
+                annotate_lock_shares(tg, m.graph, cm.lock_shares(m.graph, strat, machine))
             graphs.append((tg, m.graph))
             counts = task_counts(tg, m.graph)
             kernels = float(sum(res.per_device_busy_s.values()))
@@ -425,7 +428,7 @@ def _workers(ovh: RuntimeOverhead, factor: float) -> dict[str, float]:
 def _overhead_path(machine_name: str) -> str:
 
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", machine_name)
-    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v11-{safe}.json")
+    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v12-{safe}.json")
 
 
 #: median background cores over a calibration's rows above which it is
@@ -560,8 +563,8 @@ def drop_contended_costs() -> None:
 def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
                      verbose: bool = False) -> RuntimeOverhead:
     """The runtime's overhead on this machine, cached per machine name in
-    ``$LEGIONPY_CACHE/overhead-v11-NAME[-bound].json`` (``-bound``: the ranks
-    were bound to their cores, legionpy/affinity.py; ``overhead-v11-empty-NAME.json``
+    ``$LEGIONPY_CACHE/overhead-v12-NAME[-bound].json`` (``-bound``: the ranks
+    were bound to their cores, legionpy/affinity.py; ``overhead-v12-empty-NAME.json``
     for ``source="empty"``); collective under MPI. ``source``: ``"layer"``
     (default, :func:`calibrated_overhead`) or ``"empty"``
     (:func:`measure_runtime_overhead`, empty tasks, no CPU model)."""

@@ -20,7 +20,7 @@ graph; this module holds what that needs below ``nn``:
 * :class:`ContendedCostModel`: tile kernels timed with the other devices busy.
 
 The figures are cached by :func:`legionpy.measure.runtime_overhead` in
-``$LEGIONPY_CACHE/overhead-v11-MACHINE[-bound].json``.
+``$LEGIONPY_CACHE/overhead-v12-MACHINE[-bound].json``.
 """
 
 from __future__ import annotations
@@ -33,6 +33,11 @@ from typing import Any
 import numpy as np
 
 from ..affinity import node_cores, unbound
+from ..errors import StrategyError
+from .costmodel import read_table
+from .lockshare import cache_file as lock_cache_file
+from .lockshare import measure_shares, op_shares
+from .strategy import atomic_write_json
 
 __all__ = ["task_counts", "nnls", "local_cores", "ContendedCostModel", "time_contended"]
 
@@ -130,8 +135,22 @@ def _cpu_cost_model(filename: str, concurrency: int, cache_path: str | None,
     class _Step(_Timed):
         def prime(self, graph: Any, strategy: Any, machine: Any) -> None:
             time_in_step(self, graph, strategy, machine)
+            prime_lock_shares(self, graph, strategy, machine)
+
+        def lock_shares(self, graph: Any, strategy: Any, machine: Any) -> dict:
+            """The interpreter lock's share per (op, phase) (optimizer/lockshare.py)."""
+            kind = machine.devices[0].kind if machine.devices else "cpu"
+            return op_shares(self.shares, graph, strategy, kind)
 
     model = (_Step if in_step else _Timed)(tile_runner, path)
+    if in_step:
+        model.shares_path = lock_cache_file(path)
+        model.shares = {}
+        if os.path.exists(model.shares_path):
+            try:
+                model.shares = read_table(model.shares_path)
+            except (OSError, ValueError, StrategyError):
+                model.shares = {}
     model.concurrency = concurrency
     return model
 
@@ -178,6 +197,26 @@ def time_in_step(cm: Any, graph: Any, strategy: Any, machine: Any, warmup: int =
         added = True
     if added and cm.cache_path:
         cm._write_cache()
+
+
+def prime_lock_shares(cm: Any, graph: Any, strategy: Any, machine: Any) -> None:
+    """Measure the lock shares (optimizer/lockshare.py) of ``strategy``'s
+    CPU tiles that ``cm.shares`` lacks, into it and its cache file. GPU
+    kernels release the lock (their launches are a few us: the cap)."""
+    from .kernel_timing import required_tiles
+
+    cpus = [d for d in machine.devices if d.kind == "cpu"]
+    if not cpus:
+        return
+    if measure_shares(cm.shares, cm.runner, required_tiles(graph, [strategy]), cpus[0]):
+        merged: dict = {}
+        if os.path.exists(cm.shares_path):
+            try:
+                merged = read_table(cm.shares_path)
+            except (OSError, ValueError, StrategyError):
+                merged = {}
+        merged.update(cm.shares)
+        atomic_write_json(cm.shares_path, merged)
 
 
 def time_contended(fn: Any, concurrency: int, warmup: int = 2, repeats: int = 5) -> float:

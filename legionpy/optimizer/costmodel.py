@@ -42,7 +42,7 @@ from .strategy import atomic_write_json
 
 __all__ = ["CostModel", "AnalyticCostModel", "MeasuredCostModel", "TableCostModel",
            "cost_key", "MIN_DURATION", "default_cache_path", "cost_model_from_spec",
-           "COSTS_FORMAT", "default_cost_model"]
+           "COSTS_FORMAT", "default_cost_model", "read_table"]
 
 MIN_DURATION = 1e-9  # seconds
 COSTS_FORMAT = "legionpy-costs/1"
@@ -55,7 +55,7 @@ def default_cache_path() -> str:
     return str(cache_dir() / "costs.json")
 
 
-def _read_table(path: str) -> dict[str, list[float]]:
+def read_table(path: str) -> dict[str, list[float]]:
     """The cost table of a JSON file: bare, or wrapped as ``{"costs": {...}}``."""
     with open(path) as f:
         d = json.load(f)
@@ -181,7 +181,7 @@ class MeasuredCostModel(AnalyticCostModel):
         self.cache_path = cache_path
         self.table: dict[str, list[float]] = {}
         if cache_path and os.path.exists(cache_path):
-            self.table = _read_table(cache_path)
+            self.table = read_table(cache_path)
 
     @classmethod
     def local(cls, cache_path: str | None = None, **analytic) -> MeasuredCostModel:
@@ -227,7 +227,7 @@ class MeasuredCostModel(AnalyticCostModel):
         merged: dict = {}
         if os.path.exists(self.cache_path):
             try:
-                merged = _read_table(self.cache_path)
+                merged = read_table(self.cache_path)
             except (OSError, ValueError, StrategyError):
                 merged = {}
         merged.update(self.table)
@@ -275,7 +275,7 @@ class TableCostModel(MeasuredCostModel):
     @classmethod
     def from_json(cls, path: str, fallback: bool = True) -> TableCostModel:
         """Load a profile (bare table or ``{"costs": ...}``, see module docstring)."""
-        return cls(_read_table(path), fallback, source=os.path.basename(path))
+        return cls(read_table(path), fallback, source=os.path.basename(path))
 
     def op_time(self, op, out, device):
         memo = (id(op), out, device.kind, device.flops, device.mem_bw)

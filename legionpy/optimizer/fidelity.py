@@ -49,13 +49,15 @@ stretched by the measured slowdown of a GEMM / a memory-bound stream run on
 every device at once (interpolated by arithmetic intensity), unless the
 cost model is ``"contended"`` (kernels profiled with the other devices
 busy). The figures are cached per machine in
-``$LEGIONPY_CACHE/overhead-v11-MACHINE[-bound].json``.
+``$LEGIONPY_CACHE/overhead-v12-MACHINE[-bound].json``.
 
 The interpreter lock and the cores are *processor-shared* (issue 26,
 :mod:`.sharing`): every device and link is a thread of its process (devices
 numbered rank-major, ``control_threads`` processes). A task's Python work
 -- its worker overhead, the first ``gil_kernel_s`` of its kernel (numpy's
-dispatch and small loops; larger loops release the lock) and a copy's
+dispatch and small loops; larger loops release the lock), or its measured
+``lock_share`` of it where that is longer (small convolutions and pools
+hold the lock for most of their time: :mod:`.lockshare`), and a copy's
 ``copy_s`` -- is interleaved with the rest of it; a process's running
 threads get its lock first come, first served (the control thread first:
 pipelined, it runs ``control_s`` of every task from when the step's loss
@@ -96,7 +98,8 @@ from ..affinity import core_blocks
 from .breakdown import breakdown, sim_timeline
 
 __all__ = ["RuntimeOverhead", "simulate_with_runtime", "simulate_strategy", "kendall_tau",
-           "relative_error", "requirement_counts", "device_reduce_byte_s", "REDUCE_PASSES"]
+           "relative_error", "requirement_counts", "device_reduce_byte_s", "REDUCE_PASSES",
+           "annotate_lock_shares"]
 
 
 # -- statistics ------------------------------------------------------------------------------
@@ -262,6 +265,25 @@ def _op_name(what: str, ops: Any) -> str:
     """The op a task name's ``what`` part names: the whole of it when an op
     is called that (RNN cells are ``lstm0.t3``), else its part before a dot."""
     return what if what in ops else what.split(".")[0]
+
+
+def annotate_lock_shares(taskgraph: dict, graph: Any,
+                         shares: dict[tuple[str, str], float]) -> dict:
+    """Set ``lock_share`` on the forward and backward tasks of
+    ``taskgraph`` (``TaskGraph.to_json()``) whose op has a measured share
+    (``{(op name, "F" | "B"): share}``, optimizer/lockshare.py); returns
+    ``taskgraph``."""
+    if not shares or graph is None:
+        return taskgraph
+    ops = {op.name for op in graph.ops}
+    for t in taskgraph["tasks"]:
+        m = _NAME.match(t["name"]) if t["kind"] != "copy" else None
+        if m is None or m.group("phase") not in ("F", "B"):
+            continue
+        share = shares.get((_op_name(m.group("what"), ops), m.group("phase")))
+        if share:
+            t["lock_share"] = share
+    return taskgraph
 
 
 def _issue_keys(tasks: list[dict], preds: list[list[int]], succs: list[list[int]],
@@ -474,6 +496,7 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     # a task's kernel: its op's, and a backward's gradient reductions (memory passes)
     kern = [0.0 if t["kind"] == "copy" else t["duration_s"] * scale[i] for i, t in
             enumerate(tasks)]
+    op_kern = list(kern)
     rbytes, rgrads = gradient_reductions(tasks, graph)
     per_byte = reduce_byte_s or {}
     if overhead.reduce_byte_s or per_byte:
@@ -494,9 +517,9 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     locks = overhead.gil_kernel_s is not None and overhead.cores > 0
     if locks:
         loss = _loss_tasks(tasks, graph) if pipelined else []
-        end, starts, admit, ctl_end = _shared_schedule(tasks, succs, dur, kern, proc,
-                                                       issued, overhead, pipelined, clock,
-                                                       loss)
+        end, starts, admit, ctl_end = _shared_schedule(tasks, succs, dur, kern, op_kern,
+                                                       proc, issued, overhead, pipelined,
+                                                       clock, loss)
         busy = {}  # wall seconds, stretched by the sharing (as a trace measures them)
         for i, t in enumerate(tasks):
             busy[t["device"]] = busy.get(t["device"], 0.0) + end[i] - starts[i]
@@ -558,8 +581,8 @@ def _list_schedule(tasks: list[dict], preds: list, succs: list, dur: list,
 
 
 def _shared_schedule(tasks: list[dict], succs: list, dur: list, kern: list,
-                     proc: dict[str, int], issued: list, overhead: RuntimeOverhead,
-                     pipelined: bool,
+                     op_kern: list, proc: dict[str, int], issued: list,
+                     overhead: RuntimeOverhead, pipelined: bool,
                      clock: float, loss: Sequence[int] = ()) -> tuple:
     """:func:`~legionpy.optimizer.sharing.share_schedule` of the tasks (module
     doc): a task's Python work is its worker overhead and the first
@@ -598,7 +621,10 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, kern: list,
         if t["kind"] == "copy":
             py = overhead.copy_s + min(t["duration_s"], g)
         else:
-            py = dur[i] - kern[i] + min(kern[i], g)
+            # the kernel holds the lock for its first g seconds, or for its
+            # measured share where that is longer (optimizer/lockshare.py)
+            held = max(min(kern[i], g), t.get("lock_share", 0.0) * op_kern[i])
+            py = dur[i] - kern[i] + min(kern[i], held)
         python.append(min(1.0, py / dur[i]) if dur[i] > 0 else 0.0)
     ranks = max(1, overhead.control_threads)
     r = share_schedule([t["device"] for t in tasks], procs, dur, python,
@@ -746,6 +772,8 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
     out["kernel_per_device_busy_s"] = dict(res.per_device_busy_s)
     rows = {d.name: f"dev {d.id}" for d in machine.devices}
     tg = sim.tg.to_json(include_times=True)
+    if hasattr(cm, "lock_shares"):  # the kernels' measured hold on the lock (lockshare.py)
+        annotate_lock_shares(tg, graph, cm.lock_shares(graph, strategy, machine))
     out["terms"] = breakdown(sim_timeline(tg, [t["start_s"] for t in tg["tasks"]],
                                           [t["end_s"] for t in tg["tasks"]], rows),
                              period_s=res.iteration_time_s)

@@ -32,8 +32,6 @@ All are collective under MPI and return rank 0's figures on every rank.
 from __future__ import annotations
 
 import math
-import os
-import resource
 import statistics
 import threading
 import time
@@ -42,7 +40,8 @@ from typing import Any
 import numpy as np
 
 from .. import runtime as lr
-from ..affinity import node_cores, unbound
+from ..affinity import cpu_clock, node_cores, unbound
+from ..affinity import own_background as _background
 from ..optimizer.fidelity import RuntimeOverhead
 from ..regions import WD, Partition, R, Region
 from ..runtime import LaunchOptions, TaskFunction
@@ -377,30 +376,6 @@ def measure_mpi_collectives(sizes: tuple = (16 << 10, 256 << 10, 1 << 20),
         c0, c1 = float(np.mean(ys)), 0.0
     return bcast_root({"coll_s": max(0.0, float(c0)), "coll_byte_s": float(c1),
                        "coll_points": [[x, y] for x, y in zip(xs, ys)]})
-
-
-def _background(start: tuple | None, end: tuple | None) -> float | None:
-    """:func:`background_cores` of one process (not collective)."""
-    if start is None or end is None or end[0] <= start[0]:
-        return None
-    return max(0.0, ((end[1] - start[1]) - (end[2] - start[2])) / (end[0] - start[0]))
-
-
-def cpu_clock() -> tuple[float, float, float] | None:
-    """``(wall s, CPU-seconds the whole machine has been busy, CPU-seconds of
-    this process)`` now, from ``/proc/stat`` (busy = all but idle and iowait,
-    steal included; 10 ms ticks: a figure over less than ~0.5 s is rough)
-    and ``getrusage``; None where ``/proc/stat`` is missing."""
-    try:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:9]]
-    except (OSError, ValueError):
-        return None
-    tick = os.sysconf("SC_CLK_TCK")
-    # this process's in microseconds (os.times counts 10 ms ticks, as
-    # /proc/stat does: over a 50 ms window the two ticks alone were +-0.4 cores)
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    return time.perf_counter(), (sum(v) - v[3] - v[4]) / tick, own.ru_utime + own.ru_stime
 
 
 def background_cores(start: tuple | None, end: tuple | None) -> float | None:

@@ -599,6 +599,65 @@ def test_the_interpreter_lock_is_shared_by_a_process_s_threads_by_hand():
     assert r["lock_wait_s"] == 0.0 and r["schedule_s"] == pytest.approx(1.1)
 
 
+def test_a_kernel_s_measured_lock_share_serialises_it_by_hand():
+    """optimizer/lockshare.py: a task's kernel holds its process's lock for
+    max(the cap gil_kernel_s, its measured share); the cap stays the floor."""
+    base = dict(cores=8, gil_kernel_s=0.2)
+    tg = _two_parallel_tasks()
+    assert simulate_with_runtime(tg, RuntimeOverhead(**base), None)["schedule_s"] \
+        == pytest.approx(1.0)  # 0.2 of 1 s held: they overlap
+    for t in tg["tasks"]:
+        t["lock_share"] = 1.0  # measured holding it throughout: one at a time
+    r = simulate_with_runtime(tg, RuntimeOverhead(**base), None)
+    assert r["task_end_s"] == pytest.approx([1.0, 2.0])
+    for t in tg["tasks"]:
+        t["lock_share"] = 0.1  # below the cap: the cap holds
+    assert simulate_with_runtime(tg, RuntimeOverhead(**base), None)["schedule_s"] \
+        == pytest.approx(1.0)
+
+
+def test_lock_shares_reach_the_tasks_of_their_op_and_phase():
+    from legionpy import models
+    from legionpy.optimizer.costmodel import cost_key
+    from legionpy.optimizer.fidelity import annotate_lock_shares
+    from legionpy.optimizer.lockshare import op_shares
+
+    g = models.graph("lenet", scale="small").graph
+    machine = Machine.local(2)
+    st = Strategy.data_parallel(g, machine)
+    conv = next(op for op in g.ops if op.kind == "conv2d")
+    table = {cost_key(conv, t, "cpu"): [0.25, 0.75]
+             for t in conv.output_rect.split(st[conv.name].degrees)}
+    shares = op_shares(table, g, st, "cpu")
+    assert shares == {(conv.name, "F"): 0.25, (conv.name, "B"): 0.75}
+    sim = Simulator(g, machine)
+    sim.run(st)
+    tg = annotate_lock_shares(sim.tg.to_json(), g, shares)
+    got = {(t["name"].split(":")[0], t["name"].split(":")[1].split("[")[0]): t.get("lock_share")
+           for t in tg["tasks"] if t["kind"] != "copy"}
+    assert got[("F", conv.name)] == 0.25 and got[("B", conv.name)] == 0.75
+    assert all(v is None for (ph, name), v in got.items() if name != conv.name)
+
+
+def test_lock_share_tells_a_kernel_holding_the_lock_from_one_releasing_it():
+    """Two threads of a pure-Python loop run one at a time (share ~1); two
+    threads sleeping (the lock released) overlap (share 0)."""
+    import time
+
+    from legionpy.optimizer.lockshare import lock_share
+
+    def python():
+        s = 0
+        for i in range(3000):
+            s += i
+
+    def sleeping():
+        time.sleep(0.0005)
+
+    assert lock_share(python, python, seconds=0.02, reps=2) > 0.7
+    assert lock_share(sleeping, sleeping, seconds=0.02, reps=2) == 0.0
+
+
 def test_sharing_keeps_each_resource_fifo_and_the_list_schedule_without_python():
     """With no Python work and no core limit the processor-sharing schedule is
     the plain list schedule (FIFO per resource in order of readiness)."""
@@ -795,14 +854,19 @@ def test_the_worker_cost_model_times_a_strategy_s_kernels_in_the_step_s_order(ca
                 (lambda: (order.append(("B", op.name)), b())[1]))
 
     monkeypatch.setattr(cm, "runner", spy)
+    # the lock shares are kept on a machine other programs load too (here)
+    monkeypatch.setattr("legionpy.optimizer.lockshare.BUSY_CORES", 2.0)
     st = Strategy.data_parallel(g, machine)
     cm.prime(g, st, machine)
     ops = [op.name for op in g.ops if op.kind != "input"]
     step = [("F", n) for n in ops] + [("B", n) for n in reversed(ops)]
-    assert order == step * 7  # 2 warm-up and 5 timed steps
+    assert order[:len(step) * 7] == step * 7  # 2 warm-up and 5 timed steps
     keys = {cost_key(op, t, "cpu") for op in g.ops if op.kind != "input"
             for t in op.output_rect.split(st[op.name].degrees)}
     assert keys <= set(cm.table) and all(min(cm.table[k]) > 0 for k in keys)
+    # then each tile's hold on the interpreter lock (optimizer/lockshare.py)
+    assert keys <= set(cm.shares) and all(0 <= v <= 1 for k in keys for v in cm.shares[k])
+    assert os.path.exists(cm.shares_path)
     order.clear()
     cm.prime(g, st, machine)  # timed already: nothing runs
     assert order == []

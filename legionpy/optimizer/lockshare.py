@@ -1,0 +1,157 @@
+"""The interpreter lock's share of each tile kernel (issue 26).
+
+The local machine model (:mod:`.fidelity`, :mod:`.sharing`) lets a task's
+kernel hold its process's interpreter lock for its first
+``RuntimeOverhead.gil_kernel_s`` (10-150 us, fitted on synthetic dense
+models): numpy's dispatch and small loops hold it, larger loops release
+it. Small convolutions do not fit that cap: alexnet's (3x3 and 7x7 images,
+batch 16) are numpy calls on small arrays whose im2col copies and index
+loops hold the lock for most of their 100-800 us, so two devices of one
+process running them overlap far less than the cap says, and alexnet's
+model-parallel step in one process was predicted 25-34% low.
+
+This module measures the share per tile kernel, the way
+:func:`legionpy.probe.overhead.measure_lock_hold` measures the cap on a
+dense tile: the kernel's wall time per call alone (``one``), and while a
+second thread runs the same kernel on its own arrays (``two``). Two
+threads that never need the lock take ``one`` each on two free cores; two
+that hold it throughout take ``2 * one``. In the sharing model's fluid
+terms (each thread needs the lock for a fraction ``a`` of its progress,
+the lock serves 1), two such threads run at ``min(1, 1 / (2a))``, so
+``a = two / (2 * one)`` where ``two / one`` exceeds :data:`MIN_RATIO` (below
+it the lock is not the bottleneck and the fluid model cannot tell ``a``:
+the cap stands). The model then lets a task's kernel hold the lock for
+``max(min(kernel, gil_kernel_s), share * kernel)``: the cap stays the floor
+the calibration fitted, the share raises it where a kernel is measured to
+hold the lock longer.
+
+Measured on the project's 2-core machine (27 Nov, quiet): alexnet's
+convolution backwards 1.06-1.51x (conv3 and conv5 0.7-0.75 of their time),
+pooling and the small dense tiles 2.0-2.4x (all of it; they are a few us,
+under the cap anyway).
+
+Two threads short of cores look like two threads short of the lock, so
+shares measured while other programs kept more than :data:`BUSY_CORES`
+busy are not kept (under ``mpirun`` the other ranks are such programs;
+the ranks then keep the cap until a one-process run measures them).
+Shares are cached per tile key beside the step cost model's table
+(``$LEGIONPY_CACHE/locks-step-cpu.json``), measured for the tiles a
+strategy runs when the step cost model is primed
+(:class:`~legionpy.optimizer.calibration.StepCostModel`). Tasks carry them
+into the re-scheduler as ``lock_share``
+(:func:`legionpy.optimizer.fidelity.annotate_lock_shares`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..affinity import cpu_clock, own_background, unbound
+
+__all__ = ["MIN_RATIO", "lock_share", "measure_shares", "op_shares", "cache_file"]
+
+#: two threads' time per call over one's below which the lock is not the
+#: bottleneck (the memory system and the cores add 0-6% on the 2-core machine)
+MIN_RATIO = 1.1
+#: cores other programs may keep busy while shares are measured: above it
+#: two threads lack cores whatever the lock does, and nothing is kept
+BUSY_CORES = 0.3
+
+
+def _wall_per_call(fn: Callable[[], Any], n: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n
+
+
+def lock_share(fn: Callable[[], Any], twin: Callable[[], Any], seconds: float = 0.02,
+               reps: int = 3) -> float:
+    """The share of ``fn``'s time it holds the interpreter lock (module
+    doc): ``two / (2 * one)`` of its wall time per call alone (``one``) and
+    while ``twin`` (the same kernel on its own arrays) runs in a loop on a
+    second thread (``two``), each the best of ``reps`` batches of
+    ``seconds``; 0 where ``two / one`` < :data:`MIN_RATIO`. One BLAS thread;
+    on the node's cores (an MPI rank bound to one core would time the
+    helper's turns on it)."""
+    from threadpoolctl import threadpool_limits
+
+    with unbound(), threadpool_limits(1):
+        fn()
+        twin()
+        n = max(3, int(seconds / max(_wall_per_call(fn, 2), 1e-7)))
+        one = min(_wall_per_call(fn, n) for _ in range(reps))
+        stop = threading.Event()
+
+        def helper() -> None:
+            while not stop.is_set():
+                twin()
+
+        th = threading.Thread(target=helper, daemon=True)
+        th.start()
+        try:
+            time.sleep(0.001)
+            two = min(_wall_per_call(fn, n) for _ in range(reps))
+        finally:
+            stop.set()
+            th.join()
+    ratio = two / one if one > 0 else 1.0
+    return min(1.0, ratio / 2.0) if ratio >= MIN_RATIO else 0.0
+
+
+def measure_shares(table: dict[str, list[float]], runner: Callable, tiles: list,
+                   device: Any) -> bool:
+    """Measure the (forward, backward) shares of ``tiles`` (``(op, rect)``)
+    that ``table`` lacks, on ``device``; True when any was added. Kept only
+    when other programs (an ``mpirun`` job's other ranks included) kept at
+    most :data:`BUSY_CORES` busy meanwhile (:func:`legionpy.affinity.cpu_clock`)."""
+    from .costmodel import cost_key
+
+    todo = [(op, rect, cost_key(op, rect, device.kind)) for op, rect in tiles]
+    todo = [t for t in todo if t[2] not in table]
+    if not todo:
+        return False
+    got = {}
+    c0 = cpu_clock()
+    for op, rect, key in todo:
+        f, b = runner(op, rect, device)
+        f2, b2 = runner(op, rect, device)  # the second thread's own arrays
+        got[key] = [lock_share(f, f2), lock_share(b, b2)]
+    bg = own_background(c0, cpu_clock())
+    if bg is not None and bg > BUSY_CORES:
+        # other programs (or the job's other ranks) took a core: two threads
+        # were short of cores whatever the lock did; the cap stands for now
+        return False
+    table.update(got)
+    return True
+
+
+def op_shares(table: dict[str, list[float]], graph: Any, strategy: Any,
+              device_kind: str) -> dict[tuple[str, str], float]:
+    """``{(op name, "F" | "B"): share}`` of ``strategy``'s tiles in
+    ``table`` (the largest of an op's tiles, which an equal split makes
+    alike); ops with none measured are left out."""
+    from .costmodel import cost_key
+
+    out: dict[tuple[str, str], float] = {}
+    for op in graph.ops:
+        if op.kind == "input":
+            continue
+        for rect in op.output_rect.split(strategy[op.name].degrees):
+            hit = table.get(cost_key(op, rect, device_kind))
+            if hit is None:
+                continue
+            for phase, share in zip("FB", hit):
+                k = (op.name, phase)
+                out[k] = max(out.get(k, 0.0), float(share))
+    return out
+
+
+def cache_file(cost_cache_path: str) -> str:
+    """The shares' cache beside a step cost model's table."""
+    return os.path.join(os.path.dirname(os.path.abspath(cost_cache_path)),
+                        "locks-step-cpu.json")
