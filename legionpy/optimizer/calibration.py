@@ -208,7 +208,8 @@ def prime_lock_shares(cm: Any, graph: Any, strategy: Any, machine: Any) -> None:
     cpus = [d for d in machine.devices if d.kind == "cpu"]
     if not cpus:
         return
-    if measure_shares(cm.shares, cm.runner, required_tiles(graph, [strategy]), cpus[0]):
+    if measure_shares(cm.shares, cm.runner, required_tiles(graph, [strategy]), cpus[0],
+                      cm.table):
         merged: dict = {}
         if os.path.exists(cm.shares_path):
             try:

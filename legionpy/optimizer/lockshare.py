@@ -57,6 +57,9 @@ __all__ = ["MIN_RATIO", "lock_share", "measure_shares", "op_shares", "cache_file
 #: two threads' time per call over one's below which the lock is not the
 #: bottleneck (the memory system and the cores add 0-6% on the 2-core machine)
 MIN_RATIO = 1.1
+#: a kernel phase shorter than this is taken to hold the lock throughout
+#: (it is under every cap the calibration tries, so its share cannot matter)
+TINY_S = 1e-5
 #: cores other programs may keep busy while shares are measured: above it
 #: two threads lack cores whatever the lock does, and nothing is kept
 BUSY_CORES = 0.3
@@ -69,8 +72,8 @@ def _wall_per_call(fn: Callable[[], Any], n: int) -> float:
     return (time.perf_counter() - t0) / n
 
 
-def lock_share(fn: Callable[[], Any], twin: Callable[[], Any], seconds: float = 0.02,
-               reps: int = 3) -> float:
+def lock_share(fn: Callable[[], Any], twin: Callable[[], Any], seconds: float = 0.008,
+               reps: int = 2) -> float:
     """The share of ``fn``'s time it holds the interpreter lock (module
     doc): ``two / (2 * one)`` of its wall time per call alone (``one``) and
     while ``twin`` (the same kernel on its own arrays) runs in a loop on a
@@ -104,11 +107,14 @@ def lock_share(fn: Callable[[], Any], twin: Callable[[], Any], seconds: float = 
 
 
 def measure_shares(table: dict[str, list[float]], runner: Callable, tiles: list,
-                   device: Any) -> bool:
+                   device: Any, times: dict[str, list[float]] | None = None) -> bool:
     """Measure the (forward, backward) shares of ``tiles`` (``(op, rect)``)
     that ``table`` lacks, on ``device``; True when any was added. Kept only
     when other programs (an ``mpirun`` job's other ranks included) kept at
-    most :data:`BUSY_CORES` busy meanwhile (:func:`legionpy.affinity.cpu_clock`)."""
+    most :data:`BUSY_CORES` busy meanwhile (:func:`legionpy.affinity.cpu_clock`).
+    ``times``: the tiles' kernel seconds (``{key: [forward, backward]}``); a
+    phase under :data:`TINY_S` is all dispatch and holds the lock throughout
+    (share 1, not measured: ~2x measured for every such kernel of the zoo)."""
     from .costmodel import cost_key
 
     todo = [(op, rect, cost_key(op, rect, device.kind)) for op, rect in tiles]
@@ -118,9 +124,14 @@ def measure_shares(table: dict[str, list[float]], runner: Callable, tiles: list,
     got = {}
     c0 = cpu_clock()
     for op, rect, key in todo:
+        took = (times or {}).get(key, (1.0, 1.0))
+        if max(took) < TINY_S:
+            got[key] = [1.0, 1.0]
+            continue
         f, b = runner(op, rect, device)
         f2, b2 = runner(op, rect, device)  # the second thread's own arrays
-        got[key] = [lock_share(f, f2), lock_share(b, b2)]
+        got[key] = [lock_share(fn, twin) if t >= TINY_S else 1.0
+                    for fn, twin, t in ((f, f2, took[0]), (b, b2, took[1]))]
     bg = own_background(c0, cpu_clock())
     if bg is not None and bg > BUSY_CORES:
         # other programs (or the job's other ranks) took a core: two threads
