@@ -100,7 +100,7 @@ from ..probe.overhead import (
 )
 from ..runtime import get_runtime
 from ..runtime.mpi import bcast_root
-from .fidelity import measure_runtime
+from .fidelity import measure_runtime, prime_alone
 
 __all__ = ["calibration_models", "calibrate_layer_overhead", "calibrated_overhead",
            "fit_copy_cost", "fit_lock_terms", "runtime_overhead", "CALIBRATION_MODELS",
@@ -193,8 +193,7 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
     for sname in strategies:
         for m in (models() if models is not None else calibration_models()):
             strat = resolve_strategy(sname, m.graph, machine)
-            if hasattr(cm, "prime"):  # kernels timed in the step's order
-                cm.prime(m.graph, strat, machine)
+            prime_alone(cm, m.graph, strat, machine)  # kernels timed in the step's order
             sim = Simulator(m.graph, machine, cm)
             res = sim.run(strat)
             tg = sim.tg.to_json(include_times=False)

@@ -35,7 +35,7 @@ from ..optimizer.breakdown import breakdown, worst_term
 from ..optimizer.fidelity import RuntimeOverhead, relative_error, simulate_strategy
 from ..optimizer.machine import Machine
 from ..probe.overhead import background_cores, cpu_clock
-from ..runtime.mpi import allgather, bcast_root
+from ..runtime.mpi import allgather, bcast_root, launched_under_mpi, on_rank0_alone
 
 __all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "predict_model",
            "train_prediction", "optimizer_update_terms", "local_judge", "LOCAL_COST"]
@@ -283,9 +283,37 @@ def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_CO
         ovh = overhead
     if ovh is not None:
         ovh = ovh.under_load(background_cores)
+    if cost == "worker":  # its kernels timed, and their lock shares, on rank 0 alone
+        from ..optimizer.calibration import StepCostModel
+
+        cost = StepCostModel.local()
+        prime_alone(cost, graph, strategy, machine)
     fields, uscale = optimizer_update_terms(optimizer)
     return bcast_root(simulate_strategy(graph, machine, strategy, cost, ovh, sync=sync,
                                         update_fields=fields, update_scale=uscale))
+
+
+def prime_alone(cm: Any, graph: Any, strategy: Any, machine: Any) -> None:
+    """``cm.prime`` (a step cost model's kernel timings and lock shares) for
+    ``strategy``, on rank 0 alone under ``mpirun`` while the other ranks
+    sleep (:func:`~legionpy.runtime.mpi.on_rank0_alone`); every rank then
+    takes rank 0's tables. Two threads timing a kernel's hold on the
+    interpreter lock beside a rank that polls look short of the lock and
+    are not kept (optimizer/lockshare.py). Collective under MPI."""
+    if not hasattr(cm, "prime"):
+        return
+    if not launched_under_mpi():
+        cm.prime(graph, strategy, machine)
+        return
+
+    def prime() -> tuple[dict, dict]:
+        cm.prime(graph, strategy, machine)
+        return dict(cm.table), dict(getattr(cm, "shares", {}))
+
+    table, shares = on_rank0_alone(prime)
+    cm.table.update(table)
+    if hasattr(cm, "shares"):
+        cm.shares.update(shares)
 
 
 def local_judge(graph: Any, strategy: Any, machine: Any) -> float | None:

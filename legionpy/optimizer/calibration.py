@@ -34,10 +34,9 @@ import numpy as np
 
 from ..affinity import node_cores, unbound
 from ..errors import StrategyError
-from .costmodel import read_table
+from .costmodel import merge_table, read_table
 from .lockshare import cache_file as lock_cache_file
 from .lockshare import measure_shares, op_shares
-from .strategy import atomic_write_json
 
 __all__ = ["task_counts", "nnls", "local_cores", "ContendedCostModel", "time_contended"]
 
@@ -210,14 +209,7 @@ def prime_lock_shares(cm: Any, graph: Any, strategy: Any, machine: Any) -> None:
         return
     if measure_shares(cm.shares, cm.runner, required_tiles(graph, [strategy]), cpus[0],
                       cm.table):
-        merged: dict = {}
-        if os.path.exists(cm.shares_path):
-            try:
-                merged = read_table(cm.shares_path)
-            except (OSError, ValueError, StrategyError):
-                merged = {}
-        merged.update(cm.shares)
-        atomic_write_json(cm.shares_path, merged)
+        merge_table(cm.shares_path, cm.shares)
 
 
 def time_contended(fn: Any, concurrency: int, warmup: int = 2, repeats: int = 5) -> float:

@@ -42,7 +42,7 @@ from .strategy import atomic_write_json
 
 __all__ = ["CostModel", "AnalyticCostModel", "MeasuredCostModel", "TableCostModel",
            "cost_key", "MIN_DURATION", "default_cache_path", "cost_model_from_spec",
-           "COSTS_FORMAT", "default_cost_model", "read_table"]
+           "COSTS_FORMAT", "default_cost_model", "read_table", "merge_table"]
 
 MIN_DURATION = 1e-9  # seconds
 COSTS_FORMAT = "legionpy-costs/1"
@@ -108,6 +108,20 @@ def cost_key(op, out: Rect, device_kind: str) -> str:
     ins = ";".join(str(op.input_rect(i, out).shape) for i in range(len(op.inputs)))
     attrs = ",".join(f"{k}={op.attrs[k]!r}" for k in sorted(op.attrs) if k != "seed")
     return f"{op.kind}({attrs})|in={ins}|out={out.shape}|{op.dtype}|{device_kind}"
+
+
+def merge_table(path: str, table: dict) -> None:
+    """Write ``table`` into the JSON table cached at ``path``, merged with
+    what other processes cached there meanwhile (an unreadable file is
+    replaced), atomically."""
+    merged: dict = {}
+    if os.path.exists(path):
+        try:
+            merged = read_table(path)
+        except (OSError, ValueError, StrategyError):
+            merged = {}
+    merged.update(table)
+    atomic_write_json(path, merged)
 
 
 class CostModel:
@@ -223,15 +237,7 @@ class MeasuredCostModel(AnalyticCostModel):
         return max(MIN_DURATION, hit[0]), max(MIN_DURATION, hit[1])
 
     def _write_cache(self) -> None:
-        """Merge with what other processes cached meanwhile, write atomically."""
-        merged: dict = {}
-        if os.path.exists(self.cache_path):
-            try:
-                merged = read_table(self.cache_path)
-            except (OSError, ValueError, StrategyError):
-                merged = {}
-        merged.update(self.table)
-        atomic_write_json(self.cache_path, merged)
+        merge_table(self.cache_path, self.table)
 
     def save(self, path: str, **metadata) -> None:
         """Write the table (``metadata`` given: wrapped with ``format``)."""

@@ -48,7 +48,8 @@ from .. import affinity
 from ..errors import TaskError
 from .scheduler import FAILED
 
-__all__ = ["launched_under_mpi", "cluster", "Cluster", "MPI_ENV_VARS", "bcast_root", "allgather"]
+__all__ = ["launched_under_mpi", "cluster", "Cluster", "MPI_ENV_VARS", "bcast_root", "allgather",
+           "on_rank0_alone"]
 
 MPI_ENV_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALRANKID", "PMIX_RANK")
 ERR_TAG, REQ_TAG = 1, 2
@@ -92,6 +93,25 @@ def bcast_root(value: Any) -> Any:
     if not launched_under_mpi():
         return value
     return cluster().coll.bcast(value, root=0)
+
+
+def on_rank0_alone(fn: Callable[[], Any], nap_s: float = 2e-3) -> Any:
+    """``fn()`` on rank 0 while the other ranks sleep (naps of ``nap_s``
+    between tests of a nonblocking barrier, not MPICH's busy poll of a
+    blocking one), then rank 0's result on every rank (``fn()`` itself
+    outside MPI). For a measurement of the node's cores that the other
+    ranks' polling would load: a kernel's hold on the interpreter lock
+    (optimizer/lockshare.py). Collective."""
+    if not launched_under_mpi():
+        return fn()
+    cl = cluster()
+    out = fn() if cl.rank == 0 else None
+    req = cl.coll.Ibarrier()
+    while not req.Test():
+        if cl.failure is not None:  # rank 0 (or another) failed meanwhile
+            raise TaskError(cl.failure)
+        time.sleep(nap_s)
+    return cl.coll.bcast(out, root=0)
 
 
 def allgather(value: Any) -> list[Any]:

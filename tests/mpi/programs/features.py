@@ -1,14 +1,19 @@
 """Several cross-rank behaviours in one mpirun (start-up costs ~1 s each):
 reductions from every rank, Region.read on every rank, futures across
 ranks (get on every rank, get on one rank only, a future as the argument of
-a task on another rank, FutureMap.get and .gather), devices numbered rank-major, and
-describe_job(). Prints "OK features rank R" on success."""
+a task on another rank, FutureMap.get and .gather), on_rank0_alone, devices
+numbered rank-major, and describe_job(). Prints "OK features rank R" on
+success."""
 
 import numpy as np
 from mpi4py import MPI
 
 import legionpy as lp
+from legionpy import models
+from legionpy.measure.fidelity import predict
+from legionpy.optimizer import Machine, Strategy, lockshare
 from legionpy.probe.job import describe_job
+from legionpy.runtime.mpi import on_rank0_alone
 
 comm = MPI.COMM_WORLD
 rank, size = comm.rank, comm.size
@@ -94,6 +99,21 @@ assert fm4.gather() == [(4, d.rank) for d in devs]
 assert fm4.get() == fm4.gather()  # kept: a later get or gather asks nobody
 fm5 = lp.index_launch(whoami, [(0,)], 6)  # one point: the other ranks only receive
 assert fm5.gather() == [(6, 0)]
+# a measurement on rank 0 alone, the others asleep; its result on every rank
+ran = []
+assert on_rank0_alone(lambda: ran.append(rank) or ("measured by", rank)) == ("measured by", 0)
+assert ran == ([0] if rank == 0 else [])
+# the worker cost model's kernels and lock shares are measured on rank 0 alone
+lockshare.BUSY_CORES = 2.0  # this checks who measures, not the machine's load
+timed = []
+real_share = lockshare.lock_share
+lockshare.lock_share = lambda *a, **k: timed.append(1) or real_share(*a, **k)
+g = models.graph("lenet", scale="small").graph
+machine = Machine.local()
+pred = predict(g, Strategy.data_parallel(g, machine), machine, overhead=False)
+assert (len(timed) > 0) == (rank == 0), (rank, len(timed))
+assert comm.allgather(pred["iteration_time_s"]) == [pred["iteration_time_s"]] * size
+lockshare.lock_share = real_share
 late = whoami(5)
 if rank == 0:  # only one rank asks: the owner answers from its service thread
     assert late.get()[0] == 5 and 0 <= late.get()[1] < size
