@@ -25,15 +25,20 @@ the cap stands). The model then lets a task's kernel hold the lock for
 the calibration fitted, the share raises it where a kernel is measured to
 hold the lock longer.
 
-Measured on the project's 2-core machine (27 Nov, quiet): alexnet's
-convolution backwards 1.06-1.51x (conv3 and conv5 0.7-0.75 of their time),
-pooling and the small dense tiles 2.0-2.4x (all of it; they are a few us,
-under the cap anyway).
+The lock is handed over every 0.1 ms while a share is measured (the
+interpreter's switch interval, 5 ms by default): two threads that hold it
+throughout then alternate many times within a batch, and the ratio is
+their demand for it, the sharing model's fluid terms. At 5 ms a batch of
+a few ms fell anywhere in one thread's turn, and repeats of the same 25-50
+us kernels read shares of 0 or 1; at 0.1 ms repeats agree within
+0.02-0.07. Measured on the project's 2-core machine (27 Nov, quiet):
+alexnet's convolutions 0.7-1.0, its pools 1.0, the LSTM cells 0.6-0.95.
 
 Two threads short of cores look like two threads short of the lock, so
 shares measured while other programs kept more than :data:`BUSY_CORES`
-busy are not kept (under ``mpirun`` the other ranks are such programs;
-the ranks then keep the cap until a one-process run measures them).
+busy are not kept, nor measured again in the process. Under ``mpirun`` the
+other ranks would be such programs: rank 0 measures alone while they
+sleep (:func:`legionpy.measure.fidelity.prime_alone`).
 Shares are cached per tile key beside the step cost model's table
 (``$LEGIONPY_CACHE/locks-step-cpu.json``), measured for the tiles a
 strategy runs when the step cost model is primed
