@@ -33,8 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..affinity import node_cores, unbound
-from ..errors import StrategyError
-from .costmodel import merge_table, read_table
+from .costmodel import cached_table, merge_table
 from .lockshare import cache_file as lock_cache_file
 from .lockshare import measure_shares, op_shares
 
@@ -144,12 +143,7 @@ def _cpu_cost_model(filename: str, concurrency: int, cache_path: str | None,
     model = (_Step if in_step else _Timed)(tile_runner, path)
     if in_step:
         model.shares_path = lock_cache_file(path)
-        model.shares = {}
-        if os.path.exists(model.shares_path):
-            try:
-                model.shares = read_table(model.shares_path)
-            except (OSError, ValueError, StrategyError):
-                model.shares = {}
+        model.shares = cached_table(model.shares_path)
     model.concurrency = concurrency
     return model
 

@@ -42,7 +42,8 @@ from .strategy import atomic_write_json
 
 __all__ = ["CostModel", "AnalyticCostModel", "MeasuredCostModel", "TableCostModel",
            "cost_key", "MIN_DURATION", "default_cache_path", "cost_model_from_spec",
-           "COSTS_FORMAT", "default_cost_model", "read_table", "merge_table"]
+           "COSTS_FORMAT", "default_cost_model", "read_table", "merge_table",
+           "cached_table"]
 
 MIN_DURATION = 1e-9  # seconds
 COSTS_FORMAT = "legionpy-costs/1"
@@ -110,18 +111,22 @@ def cost_key(op, out: Rect, device_kind: str) -> str:
     return f"{op.kind}({attrs})|in={ins}|out={out.shape}|{op.dtype}|{device_kind}"
 
 
+def cached_table(path: str) -> dict[str, list[float]]:
+    """The table a cache file at ``path`` holds; empty when there is none or
+    it cannot be read (a cache is measured again, never trusted broken)."""
+    if not os.path.exists(path):
+        return {}
+    try:
+        return read_table(path)
+    except (OSError, ValueError, StrategyError):
+        return {}
+
+
 def merge_table(path: str, table: dict) -> None:
     """Write ``table`` into the JSON table cached at ``path``, merged with
     what other processes cached there meanwhile (an unreadable file is
     replaced), atomically."""
-    merged: dict = {}
-    if os.path.exists(path):
-        try:
-            merged = read_table(path)
-        except (OSError, ValueError, StrategyError):
-            merged = {}
-    merged.update(table)
-    atomic_write_json(path, merged)
+    atomic_write_json(path, {**cached_table(path), **table})
 
 
 class CostModel:

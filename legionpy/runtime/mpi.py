@@ -32,6 +32,7 @@ the launcher (MPICH's hydra kills the job when one process dies).
 from __future__ import annotations
 
 import atexit
+import math
 import os
 import pickle
 import socket
@@ -106,12 +107,26 @@ def on_rank0_alone(fn: Callable[[], Any], nap_s: float = 2e-3) -> Any:
         return fn()
     cl = cluster()
     out = fn() if cl.rank == 0 else None
-    req = cl.coll.Ibarrier()
-    while not req.Test():
-        if cl.failure is not None:  # rank 0 (or another) failed meanwhile
-            raise TaskError(cl.failure)
-        time.sleep(nap_s)
+    # no time limit: rank 0's measurement takes as long as the model's tiles
+    cl.wait([cl.coll.Ibarrier()], lambda: "rank 0's measurement", timeout=math.inf,
+            nap_max=nap_s)
     return cl.coll.bcast(out, root=0)
+
+
+def _outcome(op: Any) -> tuple[bool, Any]:
+    """What a rank sends of a finished op it ran: (True, result), or
+    (False, its error's text)."""
+    return (False, str(op.error)) if op.state == FAILED else (True, op.result)
+
+
+def _receive(op: Any, outcome: tuple[bool, Any]) -> None:
+    """Take a ghost op's :func:`_outcome` from the rank that ran it: its
+    result (the ghost is then local), or raise its error."""
+    ok, value = outcome
+    if not ok:
+        raise TaskError(value)
+    op.result = value
+    op.remote = False
 
 
 def allgather(value: Any) -> list[Any]:
@@ -215,11 +230,11 @@ class Cluster:
             raise TaskError(self.failure)
 
     def wait(self, reqs: list, what: Callable[[], str], timeout: float | None = None,
-             test: Callable[[], bool] | None = None) -> None:
+             test: Callable[[], bool] | None = None, nap_max: float = WAIT_NAP_MAX_S) -> None:
         """Complete every request in ``reqs`` (or, given ``test``, until
         ``test()`` is true: work that is not an MPI request, e.g. NCCL's);
         spin :data:`WAIT_SPIN_S`, then sleep with a growing interval, at most
-        :data:`WAIT_NAP_MAX_S`; TaskError after ``timeout``
+        ``nap_max``; TaskError after ``timeout``
         (LEGIONPY_MPI_TIMEOUT) s or when another rank failed."""
         testall = self.MPI.Request.Testall
         done = test or (lambda: testall(reqs))
@@ -246,7 +261,7 @@ class Cluster:
                                 "fences), or a rank is stuck (LEGIONPY_MPI_TIMEOUT sets the "
                                 "limit)")
             time.sleep(nap)
-            nap = min(nap * 2, WAIT_NAP_MAX_S)
+            nap = min(nap * 2, nap_max)
 
     def others(self, comm: Any) -> list[int]:
         """The world ranks of ``comm``'s members other than this one."""
@@ -301,11 +316,8 @@ class Cluster:
         for r, tag, group in pending:
             answers = self.recv_obj(self.svc, r, tag, lambda r=r, g=group: (
                 f"the results of {len(g)} task(s) from rank {r} (first: {g[0].describe()})"))
-            for op, (ok, value) in zip(group, answers):
-                if not ok:
-                    raise TaskError(value)
-                op.result = value
-                op.remote = False
+            for op, answer in zip(group, answers):
+                _receive(op, answer)
 
     def exchange(self, local: list, ghosts: list, what: str,
                  timeout: float | None = None) -> None:
@@ -316,9 +328,7 @@ class Cluster:
         owner's watchdog, which polls every 2 ms: under ``mpirun`` every
         step of ``fit`` waited for it (a floor of 2.2-2.5 ms per step, issue
         26). ``what``: the call site, for the timeout's message."""
-        mine = {}
-        for op in local:
-            mine[op.id] = (False, str(op.error)) if op.state == FAILED else (True, op.result)
+        mine = {op.id: _outcome(op) for op in local}
         try:
             blob = pickle.dumps(mine, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result
@@ -341,11 +351,7 @@ class Cluster:
                 got.update(pickle.loads(out[displs[r]:displs[r] + counts[r]].tobytes()))
         for op in ghosts:
             if op.remote and op.id in got:
-                ok, value = got[op.id]
-                if not ok:
-                    raise TaskError(value)
-                op.result = value
-                op.remote = False
+                _receive(op, got[op.id])
 
     def _serve(self) -> None:
         """Answer future requests whose ops finished (watchdog thread)."""
@@ -372,10 +378,8 @@ class Cluster:
                     out.append((False, f"rank {self.rank} has no task op {i} to send to rank "
                                        f"{src}: the ranks run different programs, or the "
                                        "Future was dropped on the rank that ran it"))
-                elif o.state == FAILED:
-                    out.append((False, str(o.error)))
                 else:
-                    out.append((True, o.result))
+                    out.append(_outcome(o))
             try:
                 svc.send(out, dest=src, tag=tag)
             except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result
