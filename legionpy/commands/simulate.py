@@ -80,7 +80,9 @@ def _configure(p) -> None:
                         "inside), single (every op on the first device), or a strategy JSON "
                         "file")
     p.add_argument("--trace", type=out_file, metavar="FILE",
-                   help="write the simulated timeline (Perfetto JSON)")
+                   help="write the simulated timeline (Perfetto JSON; with --compare, where the "
+                        "runtime model places each task: compare it with a real run's "
+                        "LEGIONPY_TRACE in `legionpy compare-traces`)")
     p.add_argument("--taskgraph", type=out_file, metavar="FILE",
                    help="write the iteration task graph the simulator scheduled (JSON)")
     p.add_argument("--png", type=out_file, metavar="FILE",
@@ -187,7 +189,7 @@ def _compare(args) -> dict:
         r = compare(args.model, args.strategy, scale=args.scale or "small", sizes=sizes,
                     cost=args.cost or LOCAL_COST,
                     steps=args.steps, warmup=args.warmup, overhead=not args.no_overhead,
-                    sync=getattr(args, "sync", None))
+                    sync=getattr(args, "sync", None), trace=args.trace)
     out = r.to_dict()
     sim = out.pop("simulation")
     out.update({k: sim[k] for k in ("bytes_moved", "per_link_busy_s", "feasible")

@@ -253,7 +253,7 @@ def optimizer_update_terms(optimizer: Any) -> tuple[int, float]:
 def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_COST,
             overhead: bool | RuntimeOverhead = True,
             background_cores: float | None = None, sync: str | None = None,
-            optimizer: Any = None) -> dict[str, Any]:
+            optimizer: Any = None, trace: str | None = None) -> dict[str, Any]:
     """The local machine model's prediction of one training iteration of
     ``graph`` under ``strategy`` (a Strategy): the simulator with ``cost``
     and this machine's cached :class:`RuntimeOverhead` (``overhead=True``),
@@ -261,7 +261,9 @@ def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_CO
     --compare``, ``legionpy train`` and the benches print.
     ``background_cores``: predict for a machine where other programs keep
     that many cores busy (:meth:`RuntimeOverhead.under_load`); ``optimizer``:
-    the training's (:func:`optimizer_update_terms`; None: plain SGD). Use
+    the training's (:func:`optimizer_update_terms`; None: plain SGD);
+    ``trace``: rank 0 writes the simulated timeline there (Perfetto JSON,
+    for ``legionpy compare-traces``). Use
     :func:`predict_model` for a compiled model: it takes every input from
     it. Returns
     :func:`~legionpy.optimizer.fidelity.simulate_strategy`'s dict (rank 0's
@@ -290,7 +292,8 @@ def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_CO
         prime_alone(cost, graph, strategy, machine)
     fields, uscale = optimizer_update_terms(optimizer)
     return bcast_root(simulate_strategy(graph, machine, strategy, cost, ovh, sync=sync,
-                                        update_fields=fields, update_scale=uscale))
+                                        update_fields=fields, update_scale=uscale,
+                                        trace=trace if lr.get_runtime().rank == 0 else None))
 
 
 def prime_alone(cm: Any, graph: Any, strategy: Any, machine: Any) -> None:
@@ -329,7 +332,7 @@ def local_judge(graph: Any, strategy: Any, machine: Any) -> float | None:
 
 def predict_model(model: Any, strategy: Any = None, background_cores: float | None = None,
                   cost: Any = LOCAL_COST, overhead: bool | RuntimeOverhead = True,
-                  machine: Any = None) -> dict[str, Any]:
+                  machine: Any = None, trace: str | None = None) -> dict[str, Any]:
     """THE local machine model's prediction for a compiled ``nn.Model``:
     :func:`predict` with every input taken from the model -- its graph (so
     its batch and scale), strategy (or ``strategy``), gradient sync and
@@ -347,7 +350,7 @@ def predict_model(model: Any, strategy: Any = None, background_cores: float | No
     return predict(model.graph, strategy if strategy is not None else model.strategy,
                    machine or Machine.local(), cost, overhead,
                    background_cores=background_cores, sync=ex.sync,
-                   optimizer=model.optimizer)
+                   optimizer=model.optimizer, trace=trace)
 
 
 def train_prediction(model: Any, measured_s: float,
@@ -378,7 +381,8 @@ def train_prediction(model: Any, measured_s: float,
 def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
             sizes: dict | None = None, cost: Any = LOCAL_COST, steps: int = 5, warmup: int = 2,
             overhead: bool | RuntimeOverhead = True, seed: int = 0,
-            machine: Any = None, sync: str | None = None, fits: int = 1) -> FidelityResult:
+            machine: Any = None, sync: str | None = None, fits: int = 1,
+            trace: str | None = None) -> FidelityResult:
     """Simulate ``model`` under ``strategy`` on the local machine, run it for
     real, and compare (module doc).
 
@@ -392,7 +396,8 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
     of ``warmup + steps`` steps on the same compiled model and keep the
     median fit (which thread takes the interpreter lock first sets a whole
     fit's interleaving, so one fit's step time varies from fit to fit by
-    more than the steps inside it do; ``measured_fits_s`` keeps each fit's).
+    more than the steps inside it do; ``measured_fits_s`` keeps each fit's);
+    ``trace``: write the simulated timeline there (:func:`predict`).
     Uses the current runtime (start
     it first, e.g. ``lp.init(cpus=2)``); collective under MPI, every rank
     returns rank 0's simulation and the job's measurement. A zoo model is
@@ -410,7 +415,7 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
     opt = default_optimizer(model) if isinstance(model, str) else nn.SGD(lr=1e-3)
     m.compile(optimizer=opt, loss="sparse_categorical_crossentropy", strategy=strat,
               machine=machine, sync=sync)
-    sim = predict_model(m, cost=cost, overhead=overhead, machine=machine)
+    sim = predict_model(m, cost=cost, overhead=overhead, machine=machine, trace=trace)
     reals = [measure_runtime(m, None, machine, steps=steps, warmup=warmup, seed=seed)
              for _ in range(max(1, fits))]
     real = sorted(reals, key=lambda r: r["measured_time_s"])[(len(reals) - 1) // 2]

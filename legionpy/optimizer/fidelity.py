@@ -96,6 +96,7 @@ import numpy as np
 
 from ..affinity import core_blocks
 from .breakdown import breakdown, sim_timeline
+from .trace import write_chrome_trace
 
 __all__ = ["RuntimeOverhead", "simulate_with_runtime", "simulate_strategy", "kendall_tau",
            "relative_error", "requirement_counts", "device_reduce_byte_s", "REDUCE_PASSES",
@@ -730,7 +731,7 @@ def _process_of(resource: str, proc: dict[str, int]) -> int:
 def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any = "measured",
                       overhead: RuntimeOverhead | None = None, pipelined: bool = True,
                       sync: str | None = None, update_fields: int = 2,
-                      update_scale: float = 1.0) -> dict[str, Any]:
+                      update_scale: float = 1.0, trace: str | None = None) -> dict[str, Any]:
     """Simulate one iteration; ``cost_model``: a CostModel, a ``--cost``
     spec, ``"worker"`` (tile kernels timed as a device's worker runs them
     in a step, :class:`~legionpy.optimizer.calibration.StepCostModel`), or
@@ -745,7 +746,9 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
     (:func:`~legionpy.optimizer.breakdown.breakdown`). ``sync``:
     the gradient synchronisation simulated (docs/seam.md); ``update_fields``,
     ``update_scale``: the optimizer's update (:func:`simulate_with_runtime`;
-    with ``overhead`` only)."""
+    with ``overhead`` only); ``trace``: write the simulated timeline there
+    (Perfetto JSON; with ``overhead``, each task where the runtime's model
+    places it, for ``legionpy compare-traces``)."""
     from .costmodel import CostModel, cost_model_from_spec
     from .simulator import Simulator
 
@@ -790,6 +793,11 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
         out["schedule_s"] = r["schedule_s"]
         out["cpu_bound_s"] = r["cpu_bound_s"]
         out["gil_bound_s"] = r["gil_bound_s"]
+        if trace:
+            tg = {**tg, "tasks": [{**t, "start_s": s, "end_s": e} for t, s, e in
+                                  zip(tg["tasks"], r["task_start_s"], r["task_end_s"])]}
+    if trace:
+        write_chrome_trace(tg["tasks"], trace)
     out["overhead"] = overhead.to_dict() if overhead is not None else None
     return out
 

@@ -158,14 +158,25 @@ def test_several_fits_keep_the_median_fit(cache, rt2):
     assert r.measured_time_s == pytest.approx(sum(r.measured_step_times_s) / 2, rel=1e-6)
 
 
-def test_simulate_compare_json(cache, capsys):
+def test_simulate_compare_json(cache, capsys, tmp_path):
+    trace = tmp_path / "sim.json"
     try:
         assert main(["simulate", "lenet", "--machine", "local", "--scale", "small",
                      "--batch-size", "8", "--cost", "measured", "--compare", "--steps", "2",
-                     "--warmup", "1", "--json"]) == 0
+                     "--warmup", "1", "--json", "--trace", str(trace)]) == 0
     finally:
         lr.shutdown()
     out = json.loads(capsys.readouterr().out)
+    # --trace: the timeline the prediction scheduled (the runtime model's, so its
+    # busy time per device is the prediction's), for compare-traces
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
+    busy: dict = {}
+    for e in events:
+        if e["ph"] == "X":
+            busy[names[e["pid"]]] = busy.get(names[e["pid"]], 0.0) + e["dur"] * 1e-6
+    for dev, secs in out["per_device_busy_s"].items():
+        assert busy[dev] == pytest.approx(secs, rel=1e-6), dev
     for k in ("iteration_time_s", "bytes_moved", "per_device_busy_s", "measured_time_s",
               "relative_error", "measured_per_device_busy_s", "kernel_time_s"):
         assert k in out, k
