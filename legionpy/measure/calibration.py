@@ -92,6 +92,7 @@ from ..optimizer.strategy import atomic_write_json
 from ..probe.overhead import (
     background_cores,
     cpu_clock,
+    interpreter_speed,
     least_slowdown,
     measure_kernel_concurrency,
     measure_lock_hold,
@@ -480,6 +481,9 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     # of both (probe.overhead.least_slowdown): a passing episode of contention
     # seldom covers both
     before = measure_kernel_concurrency()
+    # the interpreter's speed the rows ran at (probe.overhead.interpreter_speed):
+    # a later figure taken in a slower window of a shared host can say so
+    speed = bcast_root(interpreter_speed() if rt.rank == 0 else None)
     figures = calibrate_layer_overhead(machine, verbose=verbose, cost=cost)
     graphs = figures.pop("taskgraphs")
     conc = least_slowdown(before, measure_kernel_concurrency())
@@ -487,7 +491,7 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     coll = measure_mpi_collectives()
     calib = dict(figures.pop("calibration"), **conc, lock_hold=lock["lock_hold"],
                  lock_measured=lock["lock_measured"],
-                 collective_points=coll.get("coll_points", []))
+                 collective_points=coll.get("coll_points", []), interpreter_s=speed)
     load = calibration_load(calib["rows"])
     if load is not None and load > LOADED_CORES:
         _say(f"other programs kept {load:.1f} cores busy while legionpy calibrated its "

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -995,3 +996,35 @@ def test_a_calibration_taken_under_load_is_redone_when_quiet(cache, rt2, monkeyp
     assert ovh.task_s == pytest.approx(2e-5 if again else 1e-5)
     assert os.path.exists(os.path.join(cache, "costs-contended-cpu-2.json")) is not again
     assert ("calibrating again" in capsys.readouterr().err) is again
+
+
+def test_interpreter_speed_times_the_fixed_work(monkeypatch):
+    """``interpreter_speed``: the median seconds of one fixed piece of the
+    interpreter's work, so a slower interpreter reads slower."""
+    from legionpy.probe import overhead
+
+    fast = overhead.interpreter_speed(seconds=0.05)
+    assert 0 < fast < 0.01
+    work = overhead._interpreter_work
+    monkeypatch.setattr(overhead, "_interpreter_work", lambda: (work(), time.sleep(0.002)))
+    assert overhead.interpreter_speed(seconds=0.05) > fast + 0.0015
+
+
+def test_the_calibration_records_the_interpreter_speed(rt2, cache, monkeypatch):
+    """The calibration keeps the interpreter's speed its rows ran at, so a
+    later bench run can say it ran in a slower window than its calibration."""
+    from legionpy.measure import calibration
+    from legionpy.measure.calibration import _mlp
+    from legionpy.probe.overhead import measure_kernel_concurrency
+
+    layer = calibration.calibrate_layer_overhead
+    monkeypatch.setattr(calibration, "interpreter_speed", lambda: 1.25e-4)
+    monkeypatch.setattr(calibration, "calibrate_layer_overhead", lambda machine, **kw: layer(
+        machine, steps=2, warmup=1, cost="analytic", models=lambda: [_mlp(2)],
+        strategies=("single",)))
+    monkeypatch.setattr(calibration, "measure_kernel_concurrency",
+                        lambda: measure_kernel_concurrency(n=64, elems=10_000, reps=2))
+    monkeypatch.setattr(calibration, "measure_lock_hold", lambda: {
+        "gil_kernel_s": 3e-5, "lock_hold": [], "lock_measured": True})
+    ovh = calibration.calibrated_overhead(Machine.local())
+    assert ovh.calibration["interpreter_s"] == 1.25e-4

@@ -1,0 +1,44 @@
+"""bench/fidelity.py's verdicts: issue 26's targets, the interpreter's drift
+over a run and the spread of one row measured in fresh processes."""
+
+import importlib.util
+import os
+
+import pytest
+
+_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "fidelity.py")
+_spec = importlib.util.spec_from_file_location("bench_fidelity", _PATH)
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def _summary(mean, worst, taus):
+    return {"mean_error": mean, "worst_error": worst, "kendall_tau": min(taus.values()),
+            "per_model_tau": taus}
+
+
+def test_issue_26_targets_need_every_model_s_order():
+    assert bench.met(_summary(0.08, 0.14, {"lenet": 0.95, "rnntc": 1.0}))
+    assert not bench.met(_summary(0.08, 0.16, {"lenet": 0.95}))  # worst over 15%
+    assert not bench.met(_summary(0.11, 0.14, {"lenet": 0.95}))  # mean over 10%
+    # one model out of order fails, whatever the pooled tau
+    s = _summary(0.08, 0.14, {"lenet": 0.53, "rnntc": 1.0})
+    s["kendall_tau"] = 0.93
+    assert not bench.met(s)
+    loaded = {"loaded_mean_error": 0.05, "loaded_worst_error": 0.1, "loaded_kendall_tau": 0.9}
+    assert bench.met(loaded, "loaded_")
+
+
+def test_drift_is_the_largest_move_against_the_calibration():
+    assert bench.drift([1.0, 1.1, 1.2]) == pytest.approx(0.2)
+    assert bench.drift([1.0, 1.3], base=1.25) == pytest.approx(-0.2)
+    assert bench.drift([1.3, 1.1], base=1.0) == pytest.approx(0.3)
+    text = bench.speed_text({"interpreter_s": [1.2e-4, 1.3e-4],
+                             "calibration_interpreter_s": 1.0e-4})
+    assert "120 -> 130 us" in text and "+30% against it" in text
+    assert "against" not in bench.speed_text({"interpreter_s": [1.2e-4]})
+
+
+def test_spread_of_one_row_over_processes():
+    assert bench.spread([4.0, 5.0, 4.5]) == pytest.approx(1.0 / 4.5)
+    assert bench.spread([3.0, 3.0, 3.0]) == 0.0
