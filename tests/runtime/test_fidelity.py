@@ -1028,3 +1028,39 @@ def test_the_calibration_records_the_interpreter_speed(rt2, cache, monkeypatch):
         "gil_kernel_s": 3e-5, "lock_hold": [], "lock_measured": True})
     ovh = calibration.calibrated_overhead(Machine.local())
     assert ovh.calibration["interpreter_s"] == 1.25e-4
+
+
+def test_kernel_timing_in_a_step_keeps_each_kernel_s_least_batch():
+    """``time_in_step`` times the step's kernels in batches apart in time and
+    keeps each kernel's least batch median: a batch that fell whole into a
+    slow spell of the host (here: the first, 10x slower) does not set it."""
+    from types import SimpleNamespace
+
+    from legionpy.optimizer.calibration import time_in_step
+    from legionpy.optimizer.kernel_timing import required_tiles
+
+    g = lp.models.lenet(batch_size=8, scale="small").graph
+    machine = Machine.local(1)
+    strategy = Strategy.single_device(g, machine)
+    calls = []
+
+    def spin(seconds):
+        t = time.thread_time()
+        while time.thread_time() - t < seconds:
+            pass
+
+    def runner(op, rect, dev):
+        def kernel():
+            calls.append(1)
+            spin(2e-3 if len(calls) <= per_batch else 2e-4)
+        return kernel, kernel
+
+    tiles = required_tiles(g, [strategy])
+    per_batch = 2 * len(tiles) * (1 + 2)  # forward and backward, warmup 1 + rounds 2
+    for batches, want in ((1, 2e-3), (3, 2e-4)):
+        calls.clear()
+        cm = SimpleNamespace(table={}, runner=runner, cache_path=None)
+        time_in_step(cm, g, strategy, machine, warmup=1, rounds=2, batches=batches, gap_s=0.0)
+        assert len(cm.table) == len(tiles)
+        for f, b in cm.table.values():
+            assert f == pytest.approx(want, rel=0.5) and b == pytest.approx(want, rel=0.5)
