@@ -51,7 +51,7 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   interpreter lock's hold of a kernel
   (:func:`~legionpy.probe.overhead.measure_lock_hold`), the cores and the
   control threads; :func:`runtime_overhead` caches the result
-  per machine in ``$LEGIONPY_CACHE/overhead-v12-MACHINE[-bound].json``.
+  per machine in ``$LEGIONPY_CACHE/overhead-v13-MACHINE[-bound].json``.
 * **a calibration taken under load is redone when the machine is quiet.**
   Every row measures the cores other programs kept busy meanwhile; when
   their median is over :data:`LOADED_CORES` the calibration is *loaded*
@@ -106,6 +106,7 @@ from .fidelity import measure_runtime, prime_alone
 __all__ = ["calibration_models", "calibrate_layer_overhead", "calibrated_overhead",
            "fit_copy_cost", "fit_lock_terms", "runtime_overhead", "CALIBRATION_MODELS",
            "drop_contended_costs", "calibration_load", "reduce_byte_cost",
+           "measured_copy_cost",
            "CALIBRATION_STRATEGIES"]
 
 #: (name, builder kwargs) of the synthetic calibration models
@@ -224,6 +225,11 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
                          "control_s": float(np.median([r["measured_control_cpu_s"]
                                                        for r in runs])),
                          "busy_s": busy, "worker_extra_s": max(0.0, busy - kernels),
+                         # a copy's wall time in the runtime, and the machine
+                         # model's for the same copies (latency and bytes)
+                         "copy_wall_s": _median_of(r.get("measured_copy_s") for r in runs),
+                         "copy_model_s": _median_of(t["duration_s"] for t in tg["tasks"]
+                                                    if t["kind"] == "copy"),
                          "phase_wall_s": {p: float(np.mean([r.get("measured_phase_s", {})
                                                             .get(p, 0.0) for r in runs]))
                                           for p in "FBU"},
@@ -250,6 +256,27 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
                             "worker_worst_residual": rel(w @ wk, extra),
                             "seconds": time.perf_counter() - t0},
             "taskgraphs": graphs}
+
+
+def _median_of(values: Any) -> float | None:
+    """The median of the values that are not None; None when there are none."""
+    have = [float(v) for v in values if v is not None]
+    return float(np.median(have)) if have else None
+
+
+def measured_copy_cost(rows: list[dict]) -> float | None:
+    """``copy_s`` as the runtime's copies took it: over the rows with copies,
+    the median of each row's median copy wall time less the machine model's
+    median time for the same copies (latency and bytes), at least 0. None
+    without such rows. In one process a copy is a memcpy and its link
+    thread's Python (5-17 us measured, 27 Nov); fitted with the lock terms
+    instead, ``copy_s`` took 10-50 us from one calibration to the next and
+    moved the model-parallel rows by 20-40% (the breakdown of lenet model
+    put 2.2 ms of copies on a device whose copies took 0.19)."""
+    got = [r["copy_wall_s"] - r["copy_model_s"] for r in rows
+           if r.get("copies", 0) > 0 and r.get("copy_wall_s") is not None
+           and r.get("copy_model_s") is not None]
+    return max(0.0, float(np.median(got))) if got else None
 
 
 def _phase_figures(tg: dict, graph: Any) -> dict[str, dict[str, float]]:
@@ -346,13 +373,14 @@ GIL_GRID = (1e-5, 2e-5, 3e-5, 4e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4, 5e-4
 
 
 def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
-                   rounds: int = 2) -> dict[str, float]:
+                   rounds: int = 2, fit_copy: bool = True) -> dict[str, float]:
     """The lock-sharing terms (:mod:`legionpy.optimizer.sharing`), fitted
     on the calibration rows with the regressed terms fixed: the seconds of a
     kernel that hold the lock ``gil_kernel_s`` (:data:`GIL_GRID` and the
     probe's figure; the wide synthetic models identify it), the hand-over
     cost ``gil_switch`` (:data:`SWITCH_GRID`), the worker's wake-up
-    ``wake_s`` (:data:`WAKE_GRID`), ``copy_s`` (:data:`COPY_GRID`) and a
+    ``wake_s`` (:data:`WAKE_GRID`), ``copy_s`` (:data:`COPY_GRID`; kept as
+    given with ``fit_copy`` False: measured) and a
     factor on the regressed worker terms (:data:`WORKER_GRID`: their
     dependent variable, the devices' measured busy time less the kernels,
     also holds time a task lost to the other threads). The loss is the
@@ -397,6 +425,8 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
     if not any(r.get("copies", 0) > 0 for r in rows):
         grids["copy_s"] = (0.0,)
         cur["copy_s"] = 0.0
+    elif not fit_copy:  # measured (measured_copy_cost): kept as it is
+        grids["copy_s"] = (ovh.copy_s,)
     # every lock share of the kernels, each with coordinate descent over the
     # rest (the loss has local minima along gil_kernel_s)
     best = None
@@ -428,7 +458,7 @@ def _workers(ovh: RuntimeOverhead, factor: float) -> dict[str, float]:
 def _overhead_path(machine_name: str) -> str:
 
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", machine_name)
-    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v12-{safe}.json")
+    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v13-{safe}.json")
 
 
 #: median background cores over a calibration's rows above which it is
@@ -523,13 +553,20 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
         calib["worker_by_phase"] = measured
         for k, v in measured.items():
             setattr(ovh, k, v)
+    # one process: a copy's own cost as the runtime's copies took it; between
+    # ranks a copy's wall time is mostly the wait for the other rank, and the
+    # fit keeps the communicator's per-message work
+    copy = measured_copy_cost(calib["rows"]) if ranks == 1 else None
+    if copy is not None:
+        calib["copy_measured_s"] = copy
+        ovh.copy_s = copy
     if ovh.gil_kernel_s is not None and ovh.cores > 0:
-        fit = bcast_root(fit_lock_terms(ovh, calib["rows"], graphs))
+        fit = bcast_root(fit_lock_terms(ovh, calib["rows"], graphs, fit_copy=copy is None))
         calib["lock_fit_loss"] = fit.pop("loss")
         calib["worker_regressed"] = {"task_s": ovh.task_s, "req_task_s": ovh.req_task_s}
         for k, v in fit.items():
             setattr(ovh, k, v)
-    else:
+    elif copy is None:
         ovh.copy_s = bcast_root(fit_copy_cost(ovh, calib["rows"], graphs))
     return ovh
 
@@ -566,8 +603,8 @@ def drop_contended_costs() -> None:
 def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
                      verbose: bool = False) -> RuntimeOverhead:
     """The runtime's overhead on this machine, cached per machine name in
-    ``$LEGIONPY_CACHE/overhead-v12-NAME[-bound].json`` (``-bound``: the ranks
-    were bound to their cores, legionpy/affinity.py; ``overhead-v12-empty-NAME.json``
+    ``$LEGIONPY_CACHE/overhead-v13-NAME[-bound].json`` (``-bound``: the ranks
+    were bound to their cores, legionpy/affinity.py; ``overhead-v13-empty-NAME.json``
     for ``source="empty"``); collective under MPI. ``source``: ``"layer"``
     (default, :func:`calibrated_overhead`) or ``"empty"``
     (:func:`measure_runtime_overhead`, empty tasks, no CPU model)."""

@@ -71,9 +71,10 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     window's time went per device and kind, per step:
     :func:`~legionpy.optimizer.breakdown.breakdown`), "measured_control_cpu_s" (CPU
     seconds of the calling -- control -- thread per step over the window, max
-    over ranks), "measured_background_cores" (cores other programs kept busy over
-    the timed steps, :func:`~legionpy.probe.overhead.background_cores`),
-    "final_loss"}``.
+    over ranks), "measured_copy_s" (the median wall seconds of the window's
+    copies, every rank's; None without copies), "measured_background_cores"
+    (cores other programs kept busy over the timed steps,
+    :func:`~legionpy.probe.overhead.background_cores`), "final_loss"}``.
     Collective under MPI."""
 
     rt = lr.get_runtime()
@@ -110,6 +111,7 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     period = (stamps[-1] - stamps[warmup - 1]) / steps
     lo, hi = stamps[warmup - 1] - rt.trace.t0, stamps[-1] - rt.trace.t0
     busy: dict[int, float] = {}
+    copies: list[float] = []  # wall seconds of each copy inside the window
     phase: dict[str, float] = {}  # wall seconds of the F, B and U tasks
     timeline: list[dict] = []  # this rank's records inside the window, clipped to it
     for r in recs:
@@ -119,6 +121,8 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
             p = str(r["name"])[:2]
             if p in ("F(", "B(", "U("):
                 phase[p[0]] = phase.get(p[0], 0.0) + z - a
+        if r["kind"] == "copy" and r["start"] >= lo and r["end"] <= hi:
+            copies.append(r["end"] - r["start"])
         if z < a or (z == a and r["kind"] != "fill"):
             continue
         if r.get("link") is not None:
@@ -155,8 +159,10 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     for part in allgather(mine):
         terms.update(part)
     terms["control"] = {"control": max(allgather(control_cpu))}
+    every_copy = [c for part in allgather(copies) for c in part]
     return {"measured_time_s": max(allgather(period)),
             "measured_control_cpu_s": max(allgather(control_cpu)),
+            "measured_copy_s": float(np.median(every_copy)) if every_copy else None,
             "measured_step_times_s": [max(ts) for ts in zip(*all_times)],
             "measured_per_device_busy_s": merged, "measured_phase_s": phases,
             "final_loss": float(h["step_loss"][-1]),

@@ -1064,3 +1064,34 @@ def test_kernel_timing_in_a_step_keeps_each_kernel_s_least_batch():
         assert len(cm.table) == len(tiles)
         for f, b in cm.table.values():
             assert f == pytest.approx(want, rel=0.5) and b == pytest.approx(want, rel=0.5)
+
+
+def test_copy_cost_is_measured_from_the_runtime_s_copies():
+    """``measured_copy_cost``: the rows' copies' median wall time less the
+    machine model's time for them, over the rows with copies; None without."""
+    from legionpy.measure.calibration import measured_copy_cost
+
+    rows = [{"copies": 11, "copy_wall_s": 12e-6, "copy_model_s": 2e-6},
+            {"copies": 27, "copy_wall_s": 9e-6, "copy_model_s": 3e-6},
+            {"copies": 5, "copy_wall_s": 30e-6, "copy_model_s": 2e-6},
+            {"copies": 0, "copy_wall_s": None, "copy_model_s": None}]
+    assert measured_copy_cost(rows) == pytest.approx(10e-6)
+    assert measured_copy_cost(rows[3:]) is None
+    assert measured_copy_cost([{"copies": 3, "copy_wall_s": 1e-6, "copy_model_s": 2e-6}]) == 0.0
+
+
+def test_measure_runtime_reports_its_copies(cache, rt2):
+    """A model-parallel run's copies are timed (``measured_copy_s``), the
+    figure ``measured_copy_cost`` takes; a one-device run has none."""
+    from legionpy.mapper.resolve import resolve_strategy
+    from legionpy.measure.fidelity import measure_runtime
+
+    machine = Machine.local()
+    got = {}
+    for name in ("model", "single"):
+        m = lp.models.lenet(batch_size=8, scale="small")
+        strategy = (Strategy.single_device(m.graph, machine) if name == "single" else
+                    resolve_strategy("model", m.graph, machine))
+        got[name] = measure_runtime(m, strategy, machine, steps=2, warmup=1)["measured_copy_s"]
+    assert got["model"] is not None and 0 < got["model"] < 0.05
+    assert got["single"] is None
