@@ -39,8 +39,10 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   regressed terms fixed, the lock-sharing terms of
   :mod:`legionpy.optimizer.sharing` -- the seconds of a kernel that hold the
   lock, the hand-over cost while two threads interleave, a worker's wake-up
-  -- and the per-copy seconds ``copy_s`` (under ``mpirun`` the
-  communicator's per-message work), whose simulated periods and busy times
+  -- and, under ``mpirun``, the per-copy seconds ``copy_s`` (the
+  communicator's per-message work; in one process it is measured:
+  :func:`measured_copy_cost`, the rows' copies' wall time less the machine
+  model's), whose simulated periods and busy times
   best match the measured ones (least squared log error over grids). Two
   wider synthetic models (kernels of 0.05-1 ms, which release the lock for
   part of their time) make the lock's share of a kernel identifiable; the
