@@ -75,5 +75,9 @@ elif mode == "gather":  # FutureMap.gather is a collective: rank 1 does not call
     fm = lp.index_launch(other, range(n), 2)
     if rank == 0:
         print("rank 0 gathered", fm.gather(), flush=True)
+    else:
+        # rank 1's fence would time out as rank 0's gather does, and either
+        # could report first (CI saw the fence's): rank 1 gets there later
+        time.sleep(1.0)
     lp.fence()
 print(f"rank {rank} finished {mode} after {time.time() - t0:.1f} s", flush=True)
