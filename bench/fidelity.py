@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import sys
 import time
 
@@ -252,8 +253,6 @@ def spread(values: list[float]) -> float:
     >>> spread([4.0, 5.0, 4.5])
     0.2222222222222222
     """
-    import statistics
-
     return (max(values) - min(values)) / statistics.median(values)
 
 
@@ -261,7 +260,6 @@ def over_processes(args, argv: list[str]) -> int:
     """``--processes N``: the bench N times in fresh processes (each
     ``mpirun -n R`` with ``--ranks R``), each row's median simulated and
     measured time over them, and the summary of those medians."""
-    import statistics
     import subprocess
     import tempfile
 

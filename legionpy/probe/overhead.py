@@ -393,13 +393,13 @@ def _interpreter_work() -> None:
 def interpreter_speed(seconds: float = 0.3) -> float:
     """Median seconds of :func:`_interpreter_work` over ``seconds``: this
     interpreter's speed now, on this machine (lower is faster). On the
-    project's 2-core virtual machine it moved by 15% within 15 minutes with
-    the machine otherwise idle (27 Nov: the same fixed work 0.63 then 0.72-0.75
-    ms per 20,000 stores), while the machine's busy time showed nothing: the
-    host's other tenants. ``bench/fidelity.py`` records it beside each run
-    and the calibration beside its rows, so a figure taken in a slower window
-    than its calibration says so."""
-
+    project's 2-core virtual machine a loop of the kind (20,000 dict stores)
+    slowed by 15% within 15 minutes with the machine otherwise idle (27 Nov:
+    0.63 then 0.72-0.75 ms), while the machine's busy time showed nothing:
+    the host's other tenants; this work read 117-133 us over a bench run.
+    ``bench/fidelity.py`` records it beside each run and the calibration
+    beside its rows, so a figure taken in a slower window than its
+    calibration says so."""
     _interpreter_work()
     t0 = time.perf_counter()
     times = []
