@@ -606,24 +606,8 @@ class Executor:
         p = v.region.color[0]
         if self.standin is not None:
             return _stand_in(self, f"U:{name}[{p}]")
-        segs = sparse.get(p)
         state = {f: o[f] for f in self.opt.fields}
-        if not segs:
-            self.opt.update(v.w, v.g, state, step)
-            return
-        keep = v.g != v.g  # all False, on the chunk's device
-        for lo, hi in segs:
-            keep[lo:hi] = True
-        idx = np.flatnonzero(~keep | (v.g != 0))
-        if not idx.size:
-            return
-        w, g = v.w[idx], v.g[idx]
-        st = {f: a[idx] for f, a in state.items()}
-        self.opt.update(w, g, st, step)
-        v.w[idx] = w
-        v.g[...] = 0
-        for f, a in st.items():
-            state[f][idx] = a
+        chunk_update(self.opt, v.w, v.g, state, step, sparse.get(p))
 
     def _update(self, v: Any, step: int, sparse: bool = False, name: str = "") -> None:
         if self.standin is not None:
@@ -644,3 +628,36 @@ class Executor:
 
     def output(self) -> np.ndarray:
         return self.regions[self.graph.ops[-1].name].read("val")
+
+
+def chunk_update(opt: Any, w: Any, g: Any, state: dict, step: int,
+                 sparse: list[tuple[int, int]] | None = None) -> None:
+    """The optimizer on one flat chunk ``w``, ``g`` (and its ``state``
+    arrays), in place: the dense runs as contiguous views, each embedding
+    table's segment ``[lo, hi)`` of ``sparse`` only where its gradient is
+    nonzero (the rows this batch touched; SparseAdam's semantics, as the
+    shards mode updates them). Gathering the touched elements of the whole
+    chunk instead cost rnnlm's one-device step 1.07 ms of fancy indexing
+    for a 70 K element update that takes 0.09 ms (issue 26: the trace's
+    update term was 5x the model's)."""
+    if not sparse:
+        opt.update(w, g, state, step)
+        return
+    n = w.shape[0]
+    pos = 0
+    for lo, hi in sorted(sparse) + [(n, n)]:
+        if pos < lo:  # a dense run: views, updated in place
+            opt.update(w[pos:lo], g[pos:lo], {f: a[pos:lo] for f, a in state.items()}, step)
+        if lo < hi:
+            seg = g[lo:hi]
+            idx = np.flatnonzero(seg) + lo
+            if idx.size:
+                ws, gs = w[idx], g[idx]
+                st = {f: a[idx] for f, a in state.items()}
+                opt.update(ws, gs, st, step)
+                w[idx] = ws
+                for f, a in st.items():
+                    state[f][idx] = a
+            seg[...] = 0
+        pos = max(pos, hi)
+
