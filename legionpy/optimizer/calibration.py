@@ -20,7 +20,7 @@ graph; this module holds what that needs below ``nn``:
 * :class:`ContendedCostModel`: tile kernels timed with the other devices busy.
 
 The figures are cached by :func:`legionpy.measure.runtime_overhead` in
-``$LEGIONPY_CACHE/overhead-v13-MACHINE[-bound].json``.
+``$LEGIONPY_CACHE/overhead-v14-MACHINE[-bound].json``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ..affinity import node_cores, unbound
-from .costmodel import cached_table, merge_table
+from .costmodel import TABLES, cached_table, merge_table
 from .lockshare import cache_file as lock_cache_file
 from .lockshare import measure_shares, op_shares
 
@@ -90,11 +90,11 @@ class ContendedCostModel:
     taken while other programs load the machine is the profile of a quiet one
     (their share of the cores is modelled apart,
     :meth:`~legionpy.optimizer.fidelity.RuntimeOverhead.under_load`); cached
-    apart from the isolated profile in ``$LEGIONPY_CACHE/costs-contended-cpu-K.json``."""
+    apart from the isolated profile in ``$LEGIONPY_CACHE/costs-contended-cpu-K-v2.json``."""
 
     @staticmethod
     def local(concurrency: int, cache_path: str | None = None) -> Any:
-        return _cpu_cost_model(f"costs-contended-cpu-{concurrency}.json", concurrency,
+        return _cpu_cost_model(f"costs-contended-cpu-{concurrency}-{TABLES}.json", concurrency,
                                cache_path, in_step=False)
 
 
@@ -108,11 +108,11 @@ class StepCostModel:
     and repeated, alexnet's tiles took 10% less (a backward's
     forward-pass state is out of the caches by the time it runs), lenet's
     8%. A tile it is asked for outside :meth:`prime` is timed alone. Cached
-    in ``$LEGIONPY_CACHE/costs-step-cpu.json``."""
+    in ``$LEGIONPY_CACHE/costs-step-cpu-v2.json``."""
 
     @staticmethod
     def local(cache_path: str | None = None) -> Any:
-        return _cpu_cost_model("costs-step-cpu.json", 1, cache_path, in_step=True)
+        return _cpu_cost_model(f"costs-step-cpu-{TABLES}.json", 1, cache_path, in_step=True)
 
 
 def _cpu_cost_model(filename: str, concurrency: int, cache_path: str | None,

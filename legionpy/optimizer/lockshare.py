@@ -40,7 +40,7 @@ busy are not kept, nor measured again in the process. Under ``mpirun`` the
 other ranks would be such programs: rank 0 measures alone while they
 sleep (:func:`legionpy.measure.fidelity.prime_alone`).
 Shares are cached per tile key beside the step cost model's table
-(``$LEGIONPY_CACHE/locks-step-cpu.json``), measured for the tiles a
+(``$LEGIONPY_CACHE/locks-step-cpu-v2.json``), measured for the tiles a
 strategy runs when the step cost model is primed
 (:class:`~legionpy.optimizer.calibration.StepCostModel`). Tasks carry them
 into the re-scheduler as ``lock_share``
@@ -57,6 +57,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..affinity import cpu_clock, own_background, unbound
+from .costmodel import TABLES
 
 __all__ = ["MIN_RATIO", "lock_share", "measure_shares", "op_shares", "cache_file"]
 
@@ -186,4 +187,4 @@ def op_shares(table: dict[str, list[float]], graph: Any, strategy: Any,
 def cache_file(cost_cache_path: str) -> str:
     """The shares' cache beside a step cost model's table."""
     return os.path.join(os.path.dirname(os.path.abspath(cost_cache_path)),
-                        "locks-step-cpu.json")
+                        f"locks-step-cpu-{TABLES}.json")

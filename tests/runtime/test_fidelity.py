@@ -185,7 +185,7 @@ def test_simulate_compare_json(cache, capsys, tmp_path):
     assert out["relative_error"] == pytest.approx(
         abs(out["iteration_time_s"] - out["measured_time_s"]) / out["measured_time_s"])
     assert set(out["measured_per_device_busy_s"]) == set(out["per_device_busy_s"])
-    assert (cache / "costs.json").exists()
+    assert (cache / "costs-v2.json").exists()
     # where the iteration goes, both sides, per device and kind (issue 26)
     for side in ("sim", "real"):
         terms = out["terms"][side]
@@ -854,7 +854,7 @@ def test_the_worker_cost_model_times_a_strategy_s_kernels_in_the_step_s_order(ca
     from legionpy.optimizer.costmodel import cost_key, cost_model_from_spec
 
     cm = cost_model_from_spec("worker")
-    assert cm.concurrency == 1 and os.path.basename(cm.cache_path) == "costs-step-cpu.json"
+    assert cm.concurrency == 1 and os.path.basename(cm.cache_path) == "costs-step-cpu-v2.json"
     g = models.graph("lenet", scale="small").graph
     machine = Machine.local()
     order = []
@@ -964,7 +964,7 @@ def _cached_calibration(cache, background: list[float]) -> str:
     figures["calibration"] = {"rows": [{"background_cores": b} for b in background]}
     with open(path, "w") as f:
         json.dump(figures, f)
-    with open(os.path.join(cache, "costs-contended-cpu-2.json"), "w") as f:
+    with open(os.path.join(cache, "costs-contended-cpu-2-v2.json"), "w") as f:
         json.dump({}, f)
     return path
 
@@ -994,7 +994,7 @@ def test_a_calibration_taken_under_load_is_redone_when_quiet(cache, rt2, monkeyp
     ovh = calibration.runtime_overhead(Machine.local())
     assert (calls == ["local:2"]) is again
     assert ovh.task_s == pytest.approx(2e-5 if again else 1e-5)
-    assert os.path.exists(os.path.join(cache, "costs-contended-cpu-2.json")) is not again
+    assert os.path.exists(os.path.join(cache, "costs-contended-cpu-2-v2.json")) is not again
     assert ("calibrating again" in capsys.readouterr().err) is again
 
 

@@ -97,5 +97,23 @@ def test_measured_local_uses_cache_dir(tmp_path, monkeypatch):
     cm = MeasuredCostModel.local()
     f, b = cm.op_time(op, op.output_rect.split((4, 1))[0], Machine.local(2).devices[0])
     assert f > 0 and b > 0
-    table = json.loads((tmp_path / "c" / "costs.json").read_text())
+    table = json.loads((tmp_path / "c" / "costs-v2.json").read_text())
     assert list(table) == [cost_key(op, op.output_rect.split((4, 1))[0], "cpu")]
+
+
+def test_a_layer_fed_by_the_data_is_keyed_apart_from_the_same_shapes_later():
+    """The first dense layer computes no gradient for its input (the data),
+    the second does: same shapes, different kernels, different keys; a
+    table recorded before the distinction still serves the first."""
+    from legionpy.optimizer.costmodel import NOGRAD
+
+    g = Graph(8)
+    d0 = g.dense(g.input((16,)), 16)
+    d1 = g.dense(d0, 16)
+    k0 = cost_key(d0.op, d0.op.output_rect, "cpu")
+    k1 = cost_key(d1.op, d1.op.output_rect, "cpu")
+    assert k0 != k1 and NOGRAD in k0 and NOGRAD not in k1
+    assert k0.replace(NOGRAD, "") == k1
+    legacy = TableCostModel({k1: [2e-3, 4e-3]}, fallback=False)
+    dev = Machine.local(1).devices[0]
+    assert legacy.op_time(d0.op, d0.op.output_rect, dev) == (2e-3, 4e-3)
