@@ -49,7 +49,7 @@ stretched by the measured slowdown of a GEMM / a memory-bound stream run on
 every device at once (interpolated by arithmetic intensity), unless the
 cost model is ``"contended"`` (kernels profiled with the other devices
 busy). The figures are cached per machine in
-``$LEGIONPY_CACHE/overhead-v14-MACHINE[-bound].json``.
+``$LEGIONPY_CACHE/overhead-v15-MACHINE[-bound].json``.
 
 The interpreter lock and the cores are *processor-shared* (issue 26,
 :mod:`.sharing`): every device and link is a thread of its process (devices
@@ -64,7 +64,8 @@ pipelined, it runs ``control_s`` of every task from when the step's loss
 arrives, as ``fit`` launches the next step then), so small-kernel tasks of
 one process run one at a time and lock-releasing ones overlap, slowed by
 ``gil_switch`` while they interleave; a worker whose queue was empty wakes
-in ``wake_s``; a copy between two processes keeps a core busy on each side
+in ``wake_s``, and so does one whose task waited for the lock, when it
+gets it; a copy between two processes keeps a core busy on each side
 (both wait on the transfer); all threads share ``cores`` (ranks bound to
 their own blocks of them, ``bound``, share only their block:
 legionpy/affinity.py). So two Python-bound tasks of one process take twice
@@ -196,7 +197,8 @@ class RuntimeOverhead:
     #: synthetic models, :func:`legionpy.measure.calibration.fit_lock_terms`)
     gil_switch: float = 0.0
     #: seconds a device's or link's worker thread takes to wake up when a task
-    #: arrives at its idle queue (with ``gil_kernel_s``; calibrated likewise)
+    #: arrives at its idle queue, or when the lock its task waited for comes
+    #: to it (with ``gil_kernel_s``; calibrated likewise)
     wake_s: float = 0.0
     #: who gets a contended lock: ``"fcfs"`` (the thread that has held it
     #: longest keeps it while it has work: the convoy) or ``"fair"`` (max-min

@@ -603,9 +603,10 @@ def test_the_interpreter_lock_is_shared_by_a_process_s_threads_by_hand():
     r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=5.0, launch_s=0.05, **base),
                               None, pipelined=True)
     assert r["schedule_s"] == pytest.approx(0.1 + 2 * 1.1)
-    # a worker waking up for a task on its idle queue
+    # a worker waking up for a task on its idle queue, and the second again
+    # when the lock it waited for comes to it
     r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=5.0, wake_s=0.01, **base), None)
-    assert r["task_start_s"] == pytest.approx([0.01, 1.11])
+    assert r["task_start_s"] == pytest.approx([0.01, 1.12])
     # without the CPU model (cores 0) there is no sharing
     r = simulate_with_runtime(tg, RuntimeOverhead(gil_kernel_s=0.2, task_s=0.1), None)
     assert r["lock_wait_s"] == 0.0 and r["schedule_s"] == pytest.approx(1.1)
@@ -1095,3 +1096,20 @@ def test_measure_runtime_reports_its_copies(cache, rt2):
         got[name] = measure_runtime(m, strategy, machine, steps=2, warmup=1)["measured_copy_s"]
     assert got["model"] is not None and 0 < got["model"] < 0.05
     assert got["single"] is None
+
+
+def test_a_worker_the_lock_comes_to_after_a_wait_wakes_first_by_hand():
+    """Two all-Python tasks on two devices of one process: both workers wake
+    (0.1 s) for their task, the senior takes the lock and runs 1 s; the
+    other slept on the lock meanwhile and wakes again when it comes to it
+    (optimizer/sharing.py), then runs its 1 s."""
+    from legionpy.optimizer.sharing import share_schedule
+
+    r = share_schedule(["cpu0", "cpu1"], [0, 0], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0],
+                       [[], []], cores=2, fair=False, wake=0.1)
+    assert r["end"] == pytest.approx([1.1, 2.2])
+    assert r["start"][1] == pytest.approx(1.2)
+    # two processes: a lock each, no wait, no second wake-up
+    r = share_schedule(["cpu0", "cpu1"], [0, 1], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0],
+                       [[], []], cores=2, fair=False, wake=0.1)
+    assert r["end"] == pytest.approx([1.1, 1.1])
