@@ -660,4 +660,3 @@ def chunk_update(opt: Any, w: Any, g: Any, state: dict, step: int,
                     state[f][idx] = a
             seg[...] = 0
         pos = max(pos, hi)
-
