@@ -103,7 +103,7 @@ from ..probe.overhead import (
 )
 from ..runtime import get_runtime
 from ..runtime.mpi import bcast_root
-from .fidelity import measure_runtime, prime_alone
+from .fidelity import measure_runtime, median_of, prime_alone
 
 __all__ = ["calibration_models", "calibrate_layer_overhead", "calibrated_overhead",
            "fit_copy_cost", "fit_lock_terms", "runtime_overhead", "CALIBRATION_MODELS",
@@ -229,8 +229,8 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
                          "busy_s": busy, "worker_extra_s": max(0.0, busy - kernels),
                          # a copy's wall time in the runtime, and the machine
                          # model's for the same copies (latency and bytes)
-                         "copy_wall_s": _median_of(r.get("measured_copy_s") for r in runs),
-                         "copy_model_s": _median_of(t["duration_s"] for t in tg["tasks"]
+                         "copy_wall_s": median_of(r.get("measured_copy_s") for r in runs),
+                         "copy_model_s": median_of(t["duration_s"] for t in tg["tasks"]
                                                     if t["kind"] == "copy"),
                          "phase_wall_s": {p: float(np.mean([r.get("measured_phase_s", {})
                                                             .get(p, 0.0) for r in runs]))
@@ -260,12 +260,6 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
             "taskgraphs": graphs}
 
 
-def _median_of(values: Any) -> float | None:
-    """The median of the values that are not None; None when there are none."""
-    have = [float(v) for v in values if v is not None]
-    return float(np.median(have)) if have else None
-
-
 def measured_copy_cost(rows: list[dict]) -> float | None:
     """``copy_s`` as the runtime's copies took it: over the rows with copies,
     the median of each row's median copy wall time less the machine model's
@@ -275,10 +269,10 @@ def measured_copy_cost(rows: list[dict]) -> float | None:
     instead, ``copy_s`` took 10-50 us from one calibration to the next and
     moved the model-parallel rows by 20-40% (the breakdown of lenet model
     put 2.2 ms of copies on a device whose copies took 0.19)."""
-    got = [r["copy_wall_s"] - r["copy_model_s"] for r in rows
-           if r.get("copies", 0) > 0 and r.get("copy_wall_s") is not None
-           and r.get("copy_model_s") is not None]
-    return max(0.0, float(np.median(got))) if got else None
+    got = median_of(r["copy_wall_s"] - r["copy_model_s"] for r in rows
+                    if r.get("copies", 0) > 0 and r.get("copy_wall_s") is not None
+                    and r.get("copy_model_s") is not None)
+    return None if got is None else max(0.0, got)
 
 
 def _phase_figures(tg: dict, graph: Any) -> dict[str, dict[str, float]]:
@@ -476,9 +470,7 @@ QUIET_SAMPLE_S = 0.3
 def calibration_load(rows: list[dict]) -> float | None:
     """The median cores other programs kept busy while the calibration
     ``rows`` ran (each row measured its own); None when none was measured."""
-    seen = [float(r["background_cores"]) for r in rows
-            if r.get("background_cores") is not None]
-    return float(np.median(seen)) if seen else None
+    return median_of(r.get("background_cores") for r in rows)
 
 
 def _quiet_now() -> bool:

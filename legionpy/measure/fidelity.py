@@ -38,7 +38,8 @@ from ..probe.overhead import background_cores, cpu_clock
 from ..runtime.mpi import allgather, bcast_root, launched_under_mpi, on_rank0_alone
 
 __all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "predict_model",
-           "train_prediction", "optimizer_update_terms", "local_judge", "LOCAL_COST"]
+           "train_prediction", "optimizer_update_terms", "local_judge", "LOCAL_COST",
+           "median_of"]
 
 #: the cost model of the local machine model's predictions (``simulate
 #: --compare``, ``legionpy train``, the benches): tile kernels timed on this
@@ -162,12 +163,18 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     every_copy = [c for part in allgather(copies) for c in part]
     return {"measured_time_s": max(allgather(period)),
             "measured_control_cpu_s": max(allgather(control_cpu)),
-            "measured_copy_s": float(np.median(every_copy)) if every_copy else None,
+            "measured_copy_s": median_of(every_copy),
             "measured_step_times_s": [max(ts) for ts in zip(*all_times)],
             "measured_per_device_busy_s": merged, "measured_phase_s": phases,
             "final_loss": float(h["step_loss"][-1]),
             "measured_terms": terms,
             "measured_background_cores": bg}
+
+
+def median_of(values: Any) -> float | None:
+    """The median of the values that are not None; None when there are none."""
+    have = [float(v) for v in values if v is not None]
+    return float(np.median(have)) if have else None
 
 
 def _random_data(graph: Any, n: int, seed: int) -> tuple[list[np.ndarray], np.ndarray]:

@@ -124,7 +124,7 @@ def cost_key(op, out: Rect, device_kind: str) -> str:
     0.32 ms without it, 0.62 ms with it), and the first layer of a stack
     used to set the time of every later one (issue 26)."""
     ins = ";".join(str(op.input_rect(i, out).shape)
-                   + ("" if getattr(ref.op, "has_backward", True) else NOGRAD)
+                   + ("" if ref.op.has_backward else NOGRAD)
                    for i, ref in enumerate(op.inputs))
     attrs = ",".join(f"{k}={op.attrs[k]!r}" for k in sorted(op.attrs) if k != "seed")
     return f"{op.kind}({attrs})|in={ins}|out={out.shape}|{op.dtype}|{device_kind}"

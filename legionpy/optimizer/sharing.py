@@ -260,6 +260,9 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
         return [work[i], proc[i], python[i], i, 1.0 if weight is None else weight[i],
                 bool(span), span]
 
+    def wake_entry(i: int) -> list:  # a thread waking up for task i: no core, no lock
+        return [wake, proc[i], 0.0, i, 0.0, True, ()]
+
     def start_control() -> None:
         for p, c in enumerate(control):
             control_start[p] = t
@@ -290,7 +293,7 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
                     senior[name] = events
                 if wake > 0 and idle:
                     # the thread slept on its empty queue: it wakes first
-                    running[name] = [wake, proc[i], 0.0, i, 0.0, True, ()]
+                    running[name] = wake_entry(i)
                     waking.add(name)
                 else:
                     running[name] = task_entry(i)
@@ -312,7 +315,7 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
                     if wake > 0 and i >= 0:
                         # the lock passes to a worker asleep on it: it wakes first
                         stash[k] = running[k]
-                        running[k] = [wake, proc[i], 0.0, i, 0.0, True, ()]
+                        running[k] = wake_entry(i)
                         waking.add(k)
                         dirty = True
                         continue
