@@ -779,6 +779,30 @@ def test_worker_terms_are_measured_by_phase_on_one_device():
     assert phase_overheads(rows[2:], 1e-9) is None  # no one-device row: not measured
 
 
+def test_the_worker_terms_come_from_the_rows_whose_kernels_do_not_dominate():
+    """A wide model's backward phase is mostly kernel (timed apart from the
+    run): its overhead is the difference of two large times and swung 16-51
+    us per gradient between calibrations. ``phase_overheads`` leaves out
+    the one-device rows whose backward kernels take half their phase or
+    more, while others remain."""
+    from legionpy.measure.calibration import PRECISE_KERNEL_SHARE, phase_overheads
+
+    def row(kernel, per_grad, grads=20, tasks=8):
+        wall = tasks * (kernel + 5e-6) + grads * per_grad
+        return {"strategy": "single",
+                "phase_tasks": {"F": tasks, "B": tasks, "U": 1},
+                "phase_kernel_s": {"F": tasks * kernel, "B": tasks * kernel, "U": 0.0},
+                "phase_reduce_bytes": {}, "phase_reduce_grads": {"B": grads},
+                "phase_wall_s": {"F": tasks * (kernel + 5e-6), "B": wall, "U": 30e-6}}
+
+    tiny, wide = row(10e-6, 20e-6), row(400e-6, 50e-6)
+    share = wide["phase_kernel_s"]["B"] / wide["phase_wall_s"]["B"]
+    assert share >= PRECISE_KERNEL_SHARE > tiny["phase_kernel_s"]["B"] / tiny["phase_wall_s"]["B"]
+    assert phase_overheads([tiny, wide], 0.0)["reduce_req_s"] == pytest.approx(20e-6)
+    # with no other row the wide one still measures (rather than nothing)
+    assert phase_overheads([wide], 0.0)["reduce_req_s"] == pytest.approx(50e-6)
+
+
 def test_a_gpu_reduces_gradients_at_its_own_memory_bandwidth_not_the_host_s():
     """``reduce_byte_s`` is the host's stream rate; a GPU task's reductions
     run in the GPU's memory (an H200's alexnet step was predicted 355 ms for
