@@ -81,17 +81,22 @@ def fill(region: Any, field: str, value: Any) -> None:
     get_runtime().fill(region, field, value)
 
 
-def trace(name: str, strict: bool = False, order: Any = None) -> Any:
+def trace(name: str, strict: bool = False, order: Any = None,
+          keep_buffers: Any = ()) -> Any:
     """``with lp.trace("step"): ...``: record the block's launches the first
     time, replay them afterwards without dependence analysis, coherence
     queries or mapper calls (runtime/tracing.py). ``strict=True`` raises
     TraceMismatchError when a replayed block differs from its recording
     (default: the rest runs untraced and the trace is recorded again).
     ``order(records)`` may return ``{queue: [record ids]}``, the order each
-    device and link replays its ops in (default: the recorded run's order)."""
+    device and link replays its ops in (default: the recorded run's order).
+    ``keep_buffers``: regions whose reduction buffers the replays keep to
+    the next fence, reset in place as each replay begins, instead of
+    returning them to the pool after their last reader: the task views cut
+    from them stay valid (docs/memory.md)."""
     from .tracing import traced
 
-    return traced(get_runtime(), name, strict=strict, order=order)
+    return traced(get_runtime(), name, strict=strict, order=order, keep_buffers=keep_buffers)
 
 
 def begin_trace(name: str, strict: bool = False) -> None:

@@ -161,9 +161,10 @@ class Runtime:
         self.tracer.invalidate()
 
     # -- tracing (tracing.py) -----------------------------------------------------------
-    def begin_trace(self, name: str, strict: bool = False, order: Any = None) -> None:
+    def begin_trace(self, name: str, strict: bool = False, order: Any = None,
+                    keep_buffers: Any = ()) -> None:
         """Start trace ``name``: replay its recording when it applies, else record."""
-        self.tracer.begin(name, strict=strict, order=order)
+        self.tracer.begin(name, strict=strict, order=order, keep_buffers=keep_buffers)
 
     def end_trace(self, name: str) -> None:
         """End trace ``name`` (recording kept; replay summarised)."""
@@ -372,6 +373,8 @@ class Runtime:
                         self._discarded(st, rect)
                     plan, states[key] = st.access(
                         Request(rect, mode, mem, op_id, redop, buf), new_id)
+                    if tr is not None and plan.buffer is not None:
+                        tr.reduced_into(plan.buffer, root)
                     if plan.copies or plan.prologue:
                         self._plan_consumers(plan, states[key])
                     if mode == "reduce":  # mem's open buffer for (root, f), maybe older

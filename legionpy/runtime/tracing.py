@@ -187,6 +187,10 @@ class Recording:
         self.why_not = ""
         self.ordered: str | None = None  # None until the fixed order is set
         self.order_fn: Callable | None = None
+        #: regions (root uids) whose reduction buffers the replays keep, and
+        #: the buffer keys the recording reduced into there
+        self.keep_roots: set = set()
+        self.kept: set = set()
         self.replays = 0
 
     # -- the records form (for schedules and tests) -------------------------------------
@@ -285,7 +289,8 @@ class Tracer:
         self.graphs.dropped(self.recordings.values())
         self.recordings.clear()
 
-    def begin(self, name: str, strict: bool = False, order: Callable | None = None) -> None:
+    def begin(self, name: str, strict: bool = False, order: Callable | None = None,
+              keep_buffers: Any = ()) -> None:
         if self.mode is not None:
             raise LaunchError(f"begin_trace({name!r}) inside trace {self.name!r}: traces do "
                               f"not nest; end_trace({self.name!r}) first")
@@ -297,6 +302,7 @@ class Tracer:
             return
         rec = Recording(name, rt._next_id, self.mapper_epoch)
         rec.order_fn = order
+        rec.keep_roots = {r.root.uid for r in keep_buffers}
         rec.pre = dict(rt.states)  # persistent states: a snapshot costs the dict
         rt.instances.log = (rec.consumers, rec.dying)
         self.rec = rec
@@ -385,6 +391,12 @@ class Tracer:
         item.ext = any(i < rec.base for i in waited)
         self._close_item(item)
         return out
+
+    def reduced_into(self, buffer: Any, root: Any) -> None:
+        """The recording reduces into ``buffer`` of ``root``: kept by the
+        replays when the trace keeps that region's buffers."""
+        if root.uid in self.rec.keep_roots:
+            self.rec.kept.add(buffer)
 
     def touch(self, key: tuple, root: Any) -> None:
         """The recording accessed (root uid, field) ``key``."""
@@ -677,9 +689,12 @@ def _reset_buffers(inst: Any, rec: Recording, release: bool) -> Callable[[Op], N
     the block goes back to the pool after its last one (the next replay's
     reducers take it from there): the recording's lifetimes, replayed. Not
     with ``release`` False (a replay as CUDA graphs, which captured the
-    buffers' addresses): its buffers then live to the next fence."""
-    buffers, dying = rec.buffers, rec.dying
-    consumers = rec.consumers if release else None
+    buffers' addresses): its buffers then live to the next fence. Nor for
+    the buffers the trace keeps (``rec.kept``: its ``keep_buffers``
+    regions'): they stay, so the views cut from them stay valid."""
+    buffers, kept = rec.buffers, rec.kept
+    dying = {k for k in rec.dying if k not in kept}
+    consumers = {k: n for k, n in rec.consumers.items() if k not in kept} if release else None
 
     def reset(op: Op) -> None:
         for key, redop in buffers:
@@ -709,8 +724,9 @@ def _debug(rt: Any, level: int, msg: str) -> None:
 
 
 @contextmanager
-def traced(rt: Any, name: str, strict: bool = False, order: Callable | None = None):
-    rt.begin_trace(name, strict=strict, order=order)
+def traced(rt: Any, name: str, strict: bool = False, order: Callable | None = None,
+           keep_buffers: Any = ()):
+    rt.begin_trace(name, strict=strict, order=order, keep_buffers=keep_buffers)
     try:
         yield
     except BaseException:
