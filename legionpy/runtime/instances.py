@@ -331,7 +331,12 @@ class Instances:
             buf[...] = identity(redop, buf.dtype)
             return
         from . import gpu, streams
+        with self._lock:  # the last replay's readers of a kept buffer (consumed())
+            evs = self.read_events.pop(key, ())
         with streams.device_work(self.redmem.get(key, -1)), gpu.on_array(buf):
+            s = gpu.backend().current_stream()
+            for e in evs:  # its last readers' streams before it is overwritten
+                gpu.stream_wait(s, e)
             buf[...] = identity(redop, buf.dtype)  # on its device's compute stream
 
     def reduction_part(self, key: Any, rect: Rect) -> Any:

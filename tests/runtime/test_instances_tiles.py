@@ -184,6 +184,30 @@ def test_a_trace_keeps_the_buffers_of_the_regions_it_is_told_to(monkeypatch):
         lr.shutdown()
 
 
+def test_kept_buffers_on_gpus_wait_for_their_last_readers_and_keep_no_events(monkeypatch):
+    """On (emulated) GPUs every reader of a buffer records an event; a kept
+    buffer's are waited on and dropped when the next replay resets it, so
+    they do not pile up replay after replay (and the race detector, which
+    fails a task that races, sees the reset ordered after the reads)."""
+    monkeypatch.setenv("LEGIONPY_GPU_BACKEND", "emulated")
+    monkeypatch.setenv("LEGIONPY_GPUS", "2")
+    rt = lr.init()
+    try:
+        R = lp.Region((8,), {"v": np.float64})
+        P = lp.Partition.equal(R, (2,))
+        inst = rt.instances
+        for step in range(8):
+            with lr.trace("t", keep_buffers=[R]):
+                lr.index_launch(add_one, P.colors, P)
+                total = look(R)
+            assert total.get() == 8 * (step + 1)
+        assert rt.tracer.recordings["t"].replays >= 5
+        assert inst.redbufs  # kept
+        assert sum(len(v) for v in inst.read_events.values()) <= 2  # one replay's at most
+    finally:
+        lr.shutdown()
+
+
 def test_a_buffer_partly_overwritten_lives_to_the_fence(rt1):
     R = lp.Region((8,), {"v": np.float64})
     P = lp.Partition.equal(R, (2,))
