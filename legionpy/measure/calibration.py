@@ -53,7 +53,7 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   interpreter lock's hold of a kernel
   (:func:`~legionpy.probe.overhead.measure_lock_hold`), the cores and the
   control threads; :func:`runtime_overhead` caches the result
-  per machine in ``$LEGIONPY_CACHE/overhead-v16-MACHINE[-bound].json``.
+  per machine in ``$LEGIONPY_CACHE/overhead-v17-MACHINE[-bound].json``.
 * **a calibration taken under load is redone when the machine is quiet.**
   Every row measures the cores other programs kept busy meanwhile; when
   their median is over :data:`LOADED_CORES` the calibration is *loaded*
@@ -108,7 +108,7 @@ from .fidelity import measure_runtime, median_of, prime_alone
 __all__ = ["calibration_models", "calibrate_layer_overhead", "calibrated_overhead",
            "fit_copy_cost", "fit_lock_terms", "runtime_overhead", "CALIBRATION_MODELS",
            "drop_contended_costs", "calibration_load", "reduce_byte_cost",
-           "measured_copy_cost",
+           "measured_copy_cost", "measured_collective_cost",
            "CALIBRATION_STRATEGIES"]
 
 #: (name, builder kwargs) of the synthetic calibration models
@@ -230,6 +230,10 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
                          # a copy's wall time in the runtime, and the machine
                          # model's for the same copies (latency and bytes)
                          "copy_wall_s": median_of(r.get("measured_copy_s") for r in runs),
+                         "coll_wall_s": median_of(r.get("measured_collective_s")
+                                                  for r in runs),
+                         "coll_model_s": median_of(t["duration_s"] for t in tg["tasks"]
+                                                   if t["kind"] == "collective"),
                          "copy_model_s": median_of(t["duration_s"] for t in tg["tasks"]
                                                     if t["kind"] == "copy"),
                          "phase_wall_s": {p: float(np.mean([r.get("measured_phase_s", {})
@@ -258,6 +262,19 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
                             "worker_worst_residual": rel(w @ wk, extra),
                             "seconds": time.perf_counter() - t0},
             "taskgraphs": graphs}
+
+
+def measured_collective_cost(rows: list[dict]) -> float | None:
+    """``local_coll_s`` as the runtime's collectives inside one process took
+    it: over the rows with collectives, the median of each row's median
+    collective wall time less the machine model's (its bytes), at least 0;
+    None without such rows. A reduce-scatter folds its bucket's gradient
+    buffers in its prologue and runs the rule's steps in Python: 154-184
+    us each measured (27 Nov: prologue 58, transport 67-84) where the
+    machine model has 8-11 for the bytes."""
+    got = median_of(r["coll_wall_s"] - r["coll_model_s"] for r in rows
+                    if r.get("coll_wall_s") is not None and r.get("coll_model_s") is not None)
+    return None if got is None else max(0.0, got)
 
 
 def measured_copy_cost(rows: list[dict]) -> float | None:
@@ -474,7 +491,7 @@ def _workers(ovh: RuntimeOverhead, factor: float) -> dict[str, float]:
 def _overhead_path(machine_name: str) -> str:
 
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", machine_name)
-    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v16-{safe}.json")
+    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v17-{safe}.json")
 
 
 #: median background cores over a calibration's rows above which it is
@@ -570,6 +587,9 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     # one process: a copy's own cost as the runtime's copies took it; between
     # ranks a copy's wall time is mostly the wait for the other rank, and the
     # fit keeps the communicator's per-message work
+    coll = measured_collective_cost(calib["rows"]) if ranks == 1 else None
+    if coll is not None:
+        ovh.local_coll_s = calib["collective_measured_s"] = coll
     copy = measured_copy_cost(calib["rows"]) if ranks == 1 else None
     if copy is not None:
         calib["copy_measured_s"] = copy
@@ -617,8 +637,8 @@ def drop_contended_costs() -> None:
 def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
                      verbose: bool = False) -> RuntimeOverhead:
     """The runtime's overhead on this machine, cached per machine name in
-    ``$LEGIONPY_CACHE/overhead-v16-NAME[-bound].json`` (``-bound``: the ranks
-    were bound to their cores, legionpy/affinity.py; ``overhead-v16-empty-NAME.json``
+    ``$LEGIONPY_CACHE/overhead-v17-NAME[-bound].json`` (``-bound``: the ranks
+    were bound to their cores, legionpy/affinity.py; ``overhead-v17-empty-NAME.json``
     for ``source="empty"``); collective under MPI. ``source``: ``"layer"``
     (default, :func:`calibrated_overhead`) or ``"empty"``
     (:func:`measure_runtime_overhead`, empty tasks, no CPU model)."""

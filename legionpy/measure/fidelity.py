@@ -72,7 +72,8 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     window's time went per device and kind, per step:
     :func:`~legionpy.optimizer.breakdown.breakdown`), "measured_control_cpu_s" (CPU
     seconds of the calling -- control -- thread per step over the window, max
-    over ranks), "measured_copy_s" (the median wall seconds of the window's
+    over ranks), "measured_collective_s" (the same of its collectives),
+    "measured_copy_s" (the median wall seconds of the window's
     copies, every rank's; None without copies), "measured_background_cores"
     (cores other programs kept busy over the timed steps,
     :func:`~legionpy.probe.overhead.background_cores`), "final_loss"}``.
@@ -113,6 +114,7 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     lo, hi = stamps[warmup - 1] - rt.trace.t0, stamps[-1] - rt.trace.t0
     busy: dict[int, float] = {}
     copies: list[float] = []  # wall seconds of each copy inside the window
+    colls: list[float] = []  # and of each collective
     phase: dict[str, float] = {}  # wall seconds of the F, B and U tasks
     timeline: list[dict] = []  # this rank's records inside the window, clipped to it
     for r in recs:
@@ -124,6 +126,8 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
                 phase[p[0]] = phase.get(p[0], 0.0) + z - a
         if r["kind"] == "copy" and r["start"] >= lo and r["end"] <= hi:
             copies.append(r["end"] - r["start"])
+        if r["kind"] == "collective" and r["start"] >= lo and r["end"] <= hi:
+            colls.append(r["end"] - r["start"])
         if z < a or (z == a and r["kind"] != "fill"):
             continue
         if r.get("link") is not None:
@@ -164,6 +168,7 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     return {"measured_time_s": max(allgather(period)),
             "measured_control_cpu_s": max(allgather(control_cpu)),
             "measured_copy_s": median_of(every_copy),
+            "measured_collective_s": median_of(c for part in allgather(colls) for c in part),
             "measured_step_times_s": [max(ts) for ts in zip(*all_times)],
             "measured_per_device_busy_s": merged, "measured_phase_s": phases,
             "final_loss": float(h["step_loss"][-1]),

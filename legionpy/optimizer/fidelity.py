@@ -49,7 +49,7 @@ stretched by the measured slowdown of a GEMM / a memory-bound stream run on
 every device at once (interpolated by arithmetic intensity), unless the
 cost model is ``"contended"`` (kernels profiled with the other devices
 busy). The figures are cached per machine in
-``$LEGIONPY_CACHE/overhead-v16-MACHINE[-bound].json``.
+``$LEGIONPY_CACHE/overhead-v17-MACHINE[-bound].json``.
 
 The interpreter lock and the cores are *processor-shared* (issue 26,
 :mod:`.sharing`): every device and link is a thread of its process (devices
@@ -210,6 +210,10 @@ class RuntimeOverhead:
     #: machine model's links (a blocking ping-pong) see a few microseconds
     coll_s: float = 0.0
     coll_byte_s: float = 0.0
+    #: seconds a collective inside one process costs besides its bytes: its
+    #: prologue's folds of the gradient buffers and the rule's steps in
+    #: Python (measured: :func:`legionpy.measure.calibration.measured_collective_cost`)
+    local_coll_s: float = 0.0
     #: each rank bound to its own block of the ``cores`` (legionpy/affinity.py,
     #: as the runtime binds the ranks of an MPI job): a process's threads share
     #: its block, not every core of the node
@@ -227,7 +231,7 @@ class RuntimeOverhead:
         return not (self.launch_s or self.copy_launch_s or self.task_s or self.copy_s
                     or self.req_launch_s or self.req_task_s or self.step_s or self.cores
                     or self.back_task_s or self.reduce_byte_s or self.update_task_s
-                    or self.reduce_req_s
+                    or self.reduce_req_s or self.local_coll_s
                     or self.kernel_scale != 1.0)
 
     def under_load(self, background_cores: float | None) -> RuntimeOverhead:
@@ -511,6 +515,10 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
            + rgrads[i] * overhead.reduce_req_s
            for i, t in enumerate(tasks)]
     proc = _processes(tasks, overhead.control_threads)
+    if overhead.local_coll_s:  # collectives inside one process, as measured
+        for i, t in enumerate(tasks):
+            if t["kind"] == "collective" and not _spanned(t, proc):
+                dur[i] += overhead.local_coll_s
     if overhead.coll_s or overhead.coll_byte_s:  # collectives between ranks, as measured
         for i, t in enumerate(tasks):
             if t["kind"] == "collective" and _spanned(t, proc):

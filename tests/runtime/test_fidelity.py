@@ -803,6 +803,43 @@ def test_the_worker_terms_come_from_the_rows_whose_kernels_do_not_dominate():
     assert phase_overheads([wide], 0.0)["reduce_req_s"] == pytest.approx(50e-6)
 
 
+def test_a_collective_inside_one_process_costs_what_the_rows_measured():
+    """One process's reduce-scatter folds its bucket's gradient buffers and
+    runs the rule's steps in Python (154-184 us measured where the machine
+    model has 8-11 us for the bytes): ``measured_collective_cost`` is the
+    rows' median wall less the model's, and the re-scheduler adds it to
+    every collective inside one process, not to one between ranks (which
+    ``coll_s`` covers)."""
+    from legionpy.measure.calibration import measured_collective_cost
+
+    rows = [{"coll_wall_s": 180e-6, "coll_model_s": 10e-6},
+            {"coll_wall_s": 150e-6, "coll_model_s": 8e-6},
+            {"coll_wall_s": 160e-6, "coll_model_s": 9e-6},
+            {"coll_wall_s": None, "coll_model_s": None}]  # a row without collectives
+    assert measured_collective_cost(rows) == pytest.approx(151e-6)
+    assert measured_collective_cost(rows[3:]) is None
+    assert measured_collective_cost([{"coll_wall_s": 5e-6, "coll_model_s": 9e-6}]) == 0.0
+
+    def graph(comm):
+        return {"tasks": [{"id": 0, "name": "B:a[0]", "kind": "compute", "device": "cpu0",
+                           "duration_s": 1e-4},
+                          {"id": 1, "name": "RS:b0", "kind": "collective", "device": comm,
+                           "duration_s": 1e-5},
+                          {"id": 2, "name": "U:b0[0]", "kind": "compute", "device": "cpu1",
+                           "duration_s": 1e-4}],
+                "deps": [[0, 1], [1, 2]]}
+
+    base = RuntimeOverhead(control_threads=1)
+    local = replace(base, local_coll_s=150e-6)
+    one = graph("comm:0-1")
+    assert simulate_with_runtime(one, local)["iteration_time_s"] == pytest.approx(
+        simulate_with_runtime(one, base)["iteration_time_s"] + 150e-6)
+    # between ranks (two control threads: cpu0 and cpu1 in two processes) it is coll_s's
+    two = replace(base, control_threads=2)
+    assert simulate_with_runtime(one, replace(two, local_coll_s=150e-6))["iteration_time_s"] \
+        == pytest.approx(simulate_with_runtime(one, two)["iteration_time_s"])
+
+
 def test_a_gpu_reduces_gradients_at_its_own_memory_bandwidth_not_the_host_s():
     """``reduce_byte_s`` is the host's stream rate; a GPU task's reductions
     run in the GPU's memory (an H200's alexnet step was predicted 355 ms for
