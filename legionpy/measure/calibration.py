@@ -272,9 +272,7 @@ def measured_collective_cost(rows: list[dict]) -> float | None:
     buffers in its prologue and runs the rule's steps in Python: 154-184
     us each measured (27 Nov: prologue 58, transport 67-84) where the
     machine model has 8-11 for the bytes."""
-    got = median_of(r["coll_wall_s"] - r["coll_model_s"] for r in rows
-                    if r.get("coll_wall_s") is not None and r.get("coll_model_s") is not None)
-    return None if got is None else max(0.0, got)
+    return _wall_less_model(rows, "coll")
 
 
 def measured_copy_cost(rows: list[dict]) -> float | None:
@@ -286,9 +284,16 @@ def measured_copy_cost(rows: list[dict]) -> float | None:
     instead, ``copy_s`` took 10-50 us from one calibration to the next and
     moved the model-parallel rows by 20-40% (the breakdown of lenet model
     put 2.2 ms of copies on a device whose copies took 0.19)."""
-    got = median_of(r["copy_wall_s"] - r["copy_model_s"] for r in rows
-                    if r.get("copies", 0) > 0 and r.get("copy_wall_s") is not None
-                    and r.get("copy_model_s") is not None)
+    return _wall_less_model([r for r in rows if r.get("copies", 0) > 0], "copy")
+
+
+def _wall_less_model(rows: list[dict], what: str) -> float | None:
+    """Over the rows that measured both, the median of each row's median
+    wall time of its ``what`` tasks (``WHAT_wall_s``) less the machine
+    model's (``WHAT_model_s``), at least 0; None without such rows."""
+    got = median_of(r[f"{what}_wall_s"] - r[f"{what}_model_s"] for r in rows
+                    if r.get(f"{what}_wall_s") is not None
+                    and r.get(f"{what}_model_s") is not None)
     return None if got is None else max(0.0, got)
 
 
@@ -587,13 +592,14 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     # one process: a copy's own cost as the runtime's copies took it; between
     # ranks a copy's wall time is mostly the wait for the other rank, and the
     # fit keeps the communicator's per-message work
-    coll = measured_collective_cost(calib["rows"]) if ranks == 1 else None
-    if coll is not None:
-        ovh.local_coll_s = calib["collective_measured_s"] = coll
     copy = measured_copy_cost(calib["rows"]) if ranks == 1 else None
     if copy is not None:
         calib["copy_measured_s"] = copy
         ovh.copy_s = copy
+    # and a collective's inside one process (between ranks: coll_s, the probe's)
+    coll = measured_collective_cost(calib["rows"]) if ranks == 1 else None
+    if coll is not None:
+        ovh.local_coll_s = calib["collective_measured_s"] = coll
     if ovh.gil_kernel_s is not None and ovh.cores > 0:
         fit = bcast_root(fit_lock_terms(ovh, calib["rows"], graphs, fit_copy=copy is None))
         calib["lock_fit_loss"] = fit.pop("loss")

@@ -515,13 +515,14 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
            + rgrads[i] * overhead.reduce_req_s
            for i, t in enumerate(tasks)]
     proc = _processes(tasks, overhead.control_threads)
-    if overhead.local_coll_s:  # collectives inside one process, as measured
+    between = overhead.coll_s or overhead.coll_byte_s
+    if overhead.local_coll_s or between:  # collectives, as measured
         for i, t in enumerate(tasks):
-            if t["kind"] == "collective" and not _spanned(t, proc):
+            if t["kind"] != "collective":
+                continue
+            if not _spanned(t, proc):  # inside one process: its folds and steps
                 dur[i] += overhead.local_coll_s
-    if overhead.coll_s or overhead.coll_byte_s:  # collectives between ranks, as measured
-        for i, t in enumerate(tasks):
-            if t["kind"] == "collective" and _spanned(t, proc):
+            elif between:  # between ranks: the MPI transport
                 dur[i] = max(t["duration_s"],
                              overhead.coll_s + overhead.coll_byte_s * float(t.get("bytes", 0)))
     # the interpreter lock and the cores, processor-shared (issue 26, optimizer/sharing.py)
