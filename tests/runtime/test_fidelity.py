@@ -654,7 +654,9 @@ def test_lock_shares_reach_the_tasks_of_their_op_and_phase():
 
 def test_lock_share_tells_a_kernel_holding_the_lock_from_one_releasing_it():
     """Two threads of a pure-Python loop run one at a time (share ~1); two
-    threads sleeping (the lock released) overlap (share 0)."""
+    threads sleeping (the lock released) overlap (share 0). Each figure is
+    the best of five batches: with two, one slow batch of the thread alone
+    (a VM's stolen time) read 0.65 once in a CI run."""
     import time
 
     from legionpy.optimizer.lockshare import lock_share
@@ -667,8 +669,8 @@ def test_lock_share_tells_a_kernel_holding_the_lock_from_one_releasing_it():
     def sleeping():
         time.sleep(0.0005)
 
-    assert lock_share(python, python, seconds=0.02, reps=2) > 0.7
-    assert lock_share(sleeping, sleeping, seconds=0.02, reps=2) == 0.0
+    assert lock_share(python, python, seconds=0.02, reps=5) > 0.7
+    assert lock_share(sleeping, sleeping, seconds=0.02, reps=5) == 0.0
 
 
 def test_sharing_keeps_each_resource_fifo_and_the_list_schedule_without_python():
