@@ -42,6 +42,7 @@ _EXPORTS = {
     "runtime": "legionpy.runtime",
     "Future": "legionpy.runtime",
     "FutureMap": "legionpy.runtime",
+    "gather_maps": "legionpy.runtime",
     "Device": "legionpy.runtime",
     "LaunchOptions": "legionpy.runtime",
     "init": "legionpy.runtime",

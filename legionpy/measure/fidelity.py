@@ -20,7 +20,6 @@ it sits above :mod:`legionpy.nn` and :mod:`legionpy.models`.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -61,8 +60,9 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     compiled already, as :func:`compare` does to predict from it) and train
     ``warmup + steps`` batches in ONE ``fit`` call, as training runs
     (``fit`` launches step i+1 before waiting for step i, so the control
-    thread's analysis overlaps the devices' work). ``on_step`` stamps the
-    moment each step's loss arrives; the steady-state iteration time is the
+    thread's analysis overlaps the devices' work). ``fit`` stamps the
+    moment it sees each step finish (``History.step_finished``); the
+    steady-state iteration time is the
     time from the end of the last warm-up step to the end of the last step,
     divided by ``steps`` (max over ranks). Returns ``{"measured_time_s",
     "measured_step_times_s" (the stamps' differences), "measured_per_device_busy_s"
@@ -91,24 +91,19 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
         xs, y = D.for_model(model, total * b, seed=seed)
     except (ValueError, TypeError):  # not a zoo-shaped model: random data of its shapes
         xs, y = _random_data(model.graph, total * b, seed)
-    stamps: list[float] = []
-    cpu: list[float] = []  # the control (calling) thread's CPU time at each step
-
-    clocks: list = []  # the machine's busy CPU time, for the background load
-
-    def on_step(i: int, logs: dict) -> None:
-        stamps.append(time.perf_counter())
-        cpu.append(time.thread_time())
-        if i == warmup - 1 or i == total - 1:
-            clocks.append(cpu_clock())
-
     lr.fence()
+    c0 = cpu_clock()  # the machine's busy CPU time, for the background load
     with rt.trace.tap() as tap:  # the user's LEGIONPY_TRACE keeps recording, whole
-        h = model.fit(xs, y, epochs=1, verbose=0, shuffle=False, on_step=on_step)
+        h = model.fit(xs, y, epochs=1, verbose=0, shuffle=False)
         lr.fence()
+    c1 = cpu_clock()
     recs = tap.records()
-    if len(stamps) != total:
-        raise RuntimeError(f"measure_runtime: {len(stamps)} steps reported, {total} launched")
+    # when each step finished here, and the control thread's CPU time then
+    stamps = [t for t, _ in h.step_finished]
+    cpu = [c for _, c in h.step_finished]
+    if len(stamps) != total or len(h["step_loss"]) != total:
+        raise RuntimeError(f"measure_runtime: {len(stamps)} steps finished and "
+                           f"{len(h['step_loss'])} reported, {total} launched")
     times = [stamps[i] - stamps[i - 1] for i in range(warmup, total)]
     period = (stamps[-1] - stamps[warmup - 1]) / steps
     lo, hi = stamps[warmup - 1] - rt.trace.t0, stamps[-1] - rt.trace.t0
@@ -151,7 +146,7 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
         for k, v in part.items():
             phases[k] = phases.get(k, 0.0) + v / steps
     all_times = allgather(times)
-    bg = background_cores(clocks[0], clocks[-1]) if len(clocks) == 2 else None
+    bg = background_cores(c0, c1)
     # over the whole window: a step's own figure alternates where the steps do
     # (one device: the launch of two steps falls between two stamps, none
     # between the next two), so its median is not the period's

@@ -113,12 +113,10 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
         model.load(checkpoint)
     start = model.step
     losses: list[float] = []
-
-    stamps: list[float] = []  # when each step's loss arrived
+    stamps: list[float] = []  # when each step finished here (History.step_finished)
 
     def on_step(step: int, logs: dict) -> None:
         losses.append(float(logs.get("loss", 0.0)))
-        stamps.append(time.perf_counter())
         if log is not None:
             log(start + len(losses) - 1, losses[-1])
 
@@ -131,15 +129,17 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     with deferred_interrupt("train"):  # Ctrl-C between the fits stops the next one
         t0 = time.perf_counter()
         if start == 0:
-            model.fit([x[:b] for x in xs], y[:b], epochs=1, verbose=0, shuffle=False,
-                      on_step=on_step, **ck)
+            h = model.fit([x[:b] for x in xs], y[:b], epochs=1, verbose=0, shuffle=False,
+                          on_step=on_step, **ck)
+            stamps += [t for t, _ in h.step_finished]
         t1 = time.perf_counter()
         c1 = cpu_clock()
         done = max(start, 1)
         if steps > done:
             model._batch = 0  # the batches left are sliced here: x[done * b:]
-            model.fit([x[done * b:] for x in xs], y[done * b:], epochs=1, verbose=verbose,
-                      shuffle=False, on_step=on_step, **ck)
+            h = model.fit([x[done * b:] for x in xs], y[done * b:], epochs=1, verbose=verbose,
+                          shuffle=False, on_step=on_step, **ck)
+            stamps += [t for t, _ in h.step_finished]
     lr.fence()
     end = time.perf_counter()
     bg = background_cores(c1, cpu_clock())

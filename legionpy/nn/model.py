@@ -30,8 +30,9 @@ from .. import progress
 from ..errors import ModelError, StrategyError
 from ..mapper.resolve import resolve_strategy
 from ..optimizer import Graph, Machine, Strategy
+from ..runtime import gather_maps
 from .data import DataLoader, shard
-from .execution import Executor
+from .execution import MPI_RESULTS_EVERY, Executor
 from .losses import check_loss, check_metrics
 from .optimizers import SGD, as_optimizer
 
@@ -47,7 +48,15 @@ _ids = itertools.count()
 
 class History(dict):
     """``{"loss": [per epoch], metric: [...], "samples_per_s": [...]}``; also
-    ``.history`` (Keras)."""
+    ``.history`` (Keras). ``step_finished``: for each step, in order, when
+    ``fit`` saw it finish on this rank, as ``(time.perf_counter(),
+    time.thread_time())`` of the calling (control) thread: the steady-state
+    step time is their spacing. Under ``mpirun`` a step's results (and
+    ``on_step``) arrive later, in batches (``MPI_RESULTS_EVERY``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.step_finished: list[tuple[float, float]] = []
 
     @property
     def history(self) -> dict:
@@ -251,7 +260,9 @@ class Model:
         tqdm bar with samples/s, loss and metrics when ``verbose`` and stderr
         is a terminal. Returns a History whose ``step_loss`` lists every
         step's loss; ``on_step(step, logs)`` is called as each step's results
-        arrive (one step behind the launches).
+        arrive (one step behind the launches; under ``mpirun``, in batches of
+        :data:`~legionpy.nn.execution.MPI_RESULTS_EVERY` steps, each batch one
+        exchange between the ranks).
 
         ``checkpoint``: a file :meth:`save` writes every ``checkpoint_every``
         steps (if given), at the end and on Ctrl-C. Ctrl-C stops at the next
@@ -321,12 +332,10 @@ class Model:
         sums: dict[str, float] = {}
         t0, seen = time.perf_counter(), 0
 
-        def consume(fm: Any) -> None:
+        def consume(results: list) -> None:
             nonlocal seen
             step: dict[str, float] = {}
-            # a collective under mpirun: every rank consumes every step, and
-            # each sends the results it has instead of asking the owners
-            for r in fm.gather():
+            for r in results:
                 for k, v in r.items():
                     step[k] = step.get(k, 0.0) + v
             for k, v in step.items():
@@ -341,6 +350,28 @@ class Model:
                 post.pop("samples_per_s")  # tqdm shows the rate itself
                 bar.set_postfix(post, refresh=False)
 
+        # under mpirun a step's results are an exchange between the ranks
+        # (FutureMap.collective): the finished steps wait here, and one
+        # exchange every MPI_RESULTS_EVERY steps brings them all
+        unsent: list = []
+
+        def finished(fm: Any, now: bool = False) -> None:
+            if not fm.collective:
+                results = fm.get()
+                hist.step_finished.append((time.perf_counter(), time.thread_time()))
+                consume(results)
+                return
+            fm.wait()  # this rank's points: the launches stay one step ahead
+            hist.step_finished.append((time.perf_counter(), time.thread_time()))
+            unsent.append(fm)
+            if now or len(unsent) >= MPI_RESULTS_EVERY:
+                flush()
+
+        def flush() -> None:
+            for results in gather_maps(unsent):
+                consume(results)
+            unsent.clear()
+
         pending = None
         for xb, yb, _ in loader:
             fm = ex.train_step(self._shards(xb), yb, self._step)
@@ -348,10 +379,10 @@ class Model:
             self._batch += 1
             hook = getattr(ex.rt.mapper, "after_step", None)
             if pending is not None:
-                consume(pending)
+                finished(pending)
                 pending = None
             if hook is not None:  # e.g. AdaptiveMapper: sees this step's trace
-                consume(fm)
+                finished(fm, now=True)
                 hook(self)  # may call set_strategy
             else:
                 pending = fm
@@ -359,9 +390,11 @@ class Model:
                 stop.stopped = True
                 break
             if every is not None and self._step % every == 0:
+                flush()  # the history is complete up to the checkpoint
                 self.save(checkpoint)
         if pending is not None:
-            consume(pending)
+            finished(pending)
+        flush()
         return sums, seen, t0
 
     def _means(self, sums: dict, steps: int, t0: float) -> dict[str, float]:

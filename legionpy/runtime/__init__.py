@@ -27,12 +27,13 @@ from ..regions.coherence import HOST
 from ..regions.region import set_data_owner
 from .core import Runtime
 from .devices import Device
-from .futures import Future, FutureMap
+from .futures import Future, FutureMap, gather_maps
 from .launch import LaunchOptions, TaskFunction, task
 
 __all__ = ["task", "index_launch", "fill", "fence", "runtime", "get_runtime", "init", "shutdown",
            "trace", "begin_trace", "end_trace", "memory_stats",
-           "Future", "FutureMap", "Device", "LaunchOptions", "TaskFunction", "Runtime", "HOST"]
+           "Future", "FutureMap", "gather_maps", "Device", "LaunchOptions", "TaskFunction",
+           "Runtime", "HOST"]
 
 _runtime: Runtime | None = None
 
