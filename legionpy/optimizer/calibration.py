@@ -20,7 +20,7 @@ graph; this module holds what that needs below ``nn``:
 * :class:`ContendedCostModel`: tile kernels timed with the other devices busy.
 
 The figures are cached by :func:`legionpy.measure.runtime_overhead` in
-``$LEGIONPY_CACHE/overhead-v17-MACHINE[-bound].json``.
+``$LEGIONPY_CACHE/overhead-v18-MACHINE[-bound].json``.
 """
 
 from __future__ import annotations
@@ -98,6 +98,12 @@ class ContendedCostModel:
                                cache_path, in_step=False)
 
 
+#: the step tables' own generation, after :data:`TABLES` in their file name:
+#: s2 scales each batch to the process's usual speed (:func:`time_in_step`),
+#: so tables timed before are timed again
+STEP_TABLES = "s2"
+
+
 class StepCostModel:
     """Factory of a :class:`~legionpy.optimizer.costmodel.MeasuredCostModel`
     whose tile kernels are timed as a device's worker runs them inside a
@@ -108,11 +114,12 @@ class StepCostModel:
     and repeated, alexnet's tiles took 10% less (a backward's
     forward-pass state is out of the caches by the time it runs), lenet's
     8%. A tile it is asked for outside :meth:`prime` is timed alone. Cached
-    in ``$LEGIONPY_CACHE/costs-step-cpu-v2.json``."""
+    in ``$LEGIONPY_CACHE/costs-step-cpu-v2s2.json``."""
 
     @staticmethod
     def local(cache_path: str | None = None) -> Any:
-        return _cpu_cost_model(f"costs-step-cpu-{TABLES}.json", 1, cache_path, in_step=True)
+        return _cpu_cost_model(f"costs-step-cpu-{TABLES}{STEP_TABLES}.json", 1, cache_path,
+                               in_step=True)
 
 
 def _cpu_cost_model(filename: str, concurrency: int, cache_path: str | None,
@@ -150,9 +157,41 @@ def _cpu_cost_model(filename: str, concurrency: int, cache_path: str | None,
 
 
 #: batches of :func:`time_in_step`'s rounds, apart in time, and the pause
-#: between them: each kernel keeps its least batch median
+#: between them: each kernel keeps its least batch median, each batch's
+#: medians scaled to the process's usual speed (:func:`speed_reference`)
 STEP_BATCHES = 5
 STEP_GAP_S = 0.05
+
+#: :func:`speed_reference`'s readings in this process, one per batch of
+#: :func:`time_in_step`: their median is the speed the batches are scaled to
+_SPEEDS: list[float] = []
+
+
+def speed_reference() -> float:
+    """Least thread CPU seconds, of three, of a fixed piece of work made like
+    a small step's kernels (GEMMs, tanh and adds on a 16 x 64 batch, and the
+    interpreter's dict and list traffic between them): ~0.25 ms on the
+    project's 2-core machine. A spell in which the host's other tenants
+    slow such kernels slows it alike: with a memory-bound program on the
+    other core, rnntc's step kernels took 1.85x their time and this 1.67x,
+    where alexnet's larger ones took 1.1x and this 1.03x (27 Nov); one
+    calibration's rnntc tiles read 1.5-1.7x the next one's, all five batches
+    of them, and the row was predicted 23% high."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((16, 64)).astype(np.float32)
+    w = rng.standard_normal((64, 128)).astype(np.float32)
+    best = math.inf
+    for _ in range(3):
+        t0 = time.thread_time()
+        x, d, out = a, {}, []
+        for i in range(20):
+            h = np.tanh(x @ w)
+            x = h[:, :64] * 0.5 + a
+            for j in range(50):
+                d[j & 15] = i
+                out.append((j, d.get(j & 7)))
+        best = min(best, time.thread_time() - t0)
+    return best
 
 
 def time_in_step(cm: Any, graph: Any, strategy: Any, machine: Any, warmup: int = 2,
@@ -161,13 +200,17 @@ def time_in_step(cm: Any, graph: Any, strategy: Any, machine: Any, warmup: int =
     """Time the tiles of ``strategy`` that ``cm``'s table lacks, on one
     device of each kind of ``machine``, as a step runs them: every tile's
     forward in graph order, then every backward in reverse, ``warmup +
-    rounds`` times, in ``batches`` batches ``gap_s`` apart; each kernel's
-    least batch median of the last ``rounds``, in its thread's CPU seconds
-    with one BLAS thread, into ``cm.table`` (and its disk cache). One batch
-    of a few milliseconds can fall whole into a slow spell of a shared host
-    (27 Nov: one calibration's rnntc LSTM cells read 83 and 92 us where the
-    next read 52 and 60, and the row was predicted 55% high); a spell
-    seldom covers three batches."""
+    rounds`` times, in ``batches`` batches ``gap_s`` apart, in its thread's
+    CPU seconds with one BLAS thread; each kernel's least batch median of
+    the last ``rounds``, into ``cm.table`` (and its disk cache). Each
+    batch's medians are first scaled by the process's usual speed over the
+    batch's own (:func:`speed_reference` before and after it, against the
+    median of every batch's in this process). One batch of a few
+    milliseconds can fall whole into a slow spell of a shared host (27 Nov:
+    one calibration's rnntc LSTM cells read 83 and 92 us where the next
+    read 52 and 60, and the row was predicted 55% high); a spell seldom
+    covers three batches, and one that covers them all slows the reference
+    too."""
     from threadpoolctl import threadpool_limits
 
     from .costmodel import cost_key
@@ -183,13 +226,21 @@ def time_in_step(cm: Any, graph: Any, strategy: Any, machine: Any, warmup: int =
         if not tiles:
             continue
         runs = [cm.runner(op, t, dev) for op, t in tiles]
-        best = [[math.inf, math.inf] for _ in runs]
+        timed = []  # (the batch's speed, its medians)
         with unbound(), threadpool_limits(1):
             for b in range(max(1, batches)):
                 if b:
                     time.sleep(gap_s)
-                for i, (f, bw) in enumerate(_step_medians(runs, warmup, rounds)):
-                    best[i] = [min(best[i][0], f), min(best[i][1], bw)]
+                before = speed_reference()
+                medians = _step_medians(runs, warmup, rounds)
+                timed.append(((before + speed_reference()) / 2, medians))
+                _SPEEDS.append(timed[-1][0])
+        usual = float(np.median(_SPEEDS))
+        best = [[math.inf, math.inf] for _ in runs]
+        for speed, medians in timed:
+            k = usual / speed
+            for i, (f, bw) in enumerate(medians):
+                best[i] = [min(best[i][0], f * k), min(best[i][1], bw * k)]
         for (op, t), times in zip(tiles, best):
             cm.table[cost_key(op, t, dev.kind)] = times
         added = True

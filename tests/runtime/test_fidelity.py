@@ -918,7 +918,7 @@ def test_the_worker_cost_model_times_a_strategy_s_kernels_in_the_step_s_order(ca
     from legionpy.optimizer.costmodel import cost_key, cost_model_from_spec
 
     cm = cost_model_from_spec("worker")
-    assert cm.concurrency == 1 and os.path.basename(cm.cache_path) == "costs-step-cpu-v2.json"
+    assert cm.concurrency == 1 and os.path.basename(cm.cache_path) == "costs-step-cpu-v2s2.json"
     g = models.graph("lenet", scale="small").graph
     machine = Machine.local()
     order = []
@@ -1128,6 +1128,42 @@ def test_kernel_timing_in_a_step_keeps_each_kernel_s_least_batch():
         assert len(cm.table) == len(tiles)
         for f, b in cm.table.values():
             assert f == pytest.approx(want, rel=0.5) and b == pytest.approx(want, rel=0.5)
+
+
+def test_kernel_timing_scales_a_slow_spell_s_batches_by_the_speed_reference(monkeypatch):
+    """Every batch of one model's timing fell into a spell that slowed its
+    kernels and the speed reference 3x alike (a memory-bound program of
+    another tenant slowed rnntc's kernels 1.85x and the reference 1.67x):
+    the table keeps the kernels' time at the process's usual speed, the
+    median of every batch's reference reading."""
+    from types import SimpleNamespace
+
+    from legionpy.optimizer import calibration
+    from legionpy.optimizer.kernel_timing import required_tiles
+
+    g = lp.models.lenet(batch_size=8, scale="small").graph
+    machine = Machine.local(1)
+    strategy = Strategy.single_device(g, machine)
+
+    def spin(seconds):
+        t = time.thread_time()
+        while time.thread_time() - t < seconds:
+            pass
+
+    def runner(op, rect, dev):
+        def kernel():
+            spin(6e-4)  # 3x its usual 2e-4
+        return kernel, kernel
+
+    # four earlier batches read the usual speed; this model's three read 3x slower
+    monkeypatch.setattr(calibration, "_SPEEDS", [1e-3] * 4)
+    monkeypatch.setattr(calibration, "speed_reference", lambda: 3e-3)
+    cm = SimpleNamespace(table={}, runner=runner, cache_path=None)
+    calibration.time_in_step(cm, g, strategy, machine, warmup=1, rounds=2, batches=3, gap_s=0.0)
+    assert len(cm.table) == len(required_tiles(g, [strategy]))
+    for f, b in cm.table.values():
+        assert f == pytest.approx(2e-4, rel=0.3) and b == pytest.approx(2e-4, rel=0.3)
+    assert len(calibration._SPEEDS) == 7  # this model's three batches joined the readings
 
 
 def test_copy_cost_is_measured_from_the_runtime_s_copies():
