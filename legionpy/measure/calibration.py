@@ -108,7 +108,7 @@ from .fidelity import measure_runtime, median_of, prime_alone
 __all__ = ["calibration_models", "calibrate_layer_overhead", "calibrated_overhead",
            "fit_copy_cost", "fit_lock_terms", "runtime_overhead", "CALIBRATION_MODELS",
            "drop_contended_costs", "calibration_load", "reduce_byte_cost",
-           "measured_copy_cost", "measured_collective_cost",
+           "measured_copy_cost", "measured_collective_cost", "apply_measured_collectives",
            "CALIBRATION_STRATEGIES"]
 
 #: (name, builder kwargs) of the synthetic calibration models
@@ -273,6 +273,29 @@ def measured_collective_cost(rows: list[dict]) -> float | None:
     us each measured (27 Nov: prologue 58, transport 67-84) where the
     machine model has 8-11 for the bytes."""
     return _wall_less_model(rows, "coll")
+
+
+def apply_measured_collectives(ovh: RuntimeOverhead, rows: list[dict],
+                               ranks: int) -> float | None:
+    """Set ``ovh``'s collective terms from the rows' collectives as the
+    runtime ran them (:func:`measured_collective_cost`; returned, None
+    without collectives). One rank: ``local_coll_s``, added to every
+    collective inside one process. More ranks: the rows' collectives crossed
+    them (one device per rank, or a group over every rank's devices), so
+    the figure is a collective between ranks beside a step's work, its
+    prologue and its transport: ``coll_s`` becomes at least it. The probe's
+    bare transport (``measure_mpi_collectives``: ranks lined up by a
+    barrier, nothing else running) read 142-180 us on 2 ranks where the
+    rows' read 199-212 and a zoo model's reduce-scatter 300-450 (27 Nov,
+    ``mpirun -n 2``: its prologue 166-233 us before the transport's wait)."""
+    coll = measured_collective_cost(rows)
+    if coll is None:
+        return None
+    if ranks == 1:
+        ovh.local_coll_s = coll
+    else:
+        ovh.coll_s = max(ovh.coll_s, coll)
+    return coll
 
 
 def measured_copy_cost(rows: list[dict]) -> float | None:
@@ -596,10 +619,10 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     if copy is not None:
         calib["copy_measured_s"] = copy
         ovh.copy_s = copy
-    # and a collective's inside one process (between ranks: coll_s, the probe's)
-    coll = measured_collective_cost(calib["rows"]) if ranks == 1 else None
+    # and a collective's, inside one process or between the ranks
+    coll = apply_measured_collectives(ovh, calib["rows"], ranks)
     if coll is not None:
-        ovh.local_coll_s = calib["collective_measured_s"] = coll
+        calib["collective_measured_s"] = coll
     if ovh.gil_kernel_s is not None and ovh.cores > 0:
         fit = bcast_root(fit_lock_terms(ovh, calib["rows"], graphs, fit_copy=copy is None))
         calib["lock_fit_loss"] = fit.pop("loss")

@@ -842,6 +842,28 @@ def test_a_collective_inside_one_process_costs_what_the_rows_measured():
         == pytest.approx(simulate_with_runtime(one, two)["iteration_time_s"])
 
 
+def test_a_collective_between_ranks_costs_at_least_what_the_rows_measured():
+    """Under mpirun the calibration rows' collectives cross the ranks: the
+    figure sets ``coll_s`` (at least the bare probe's), not ``local_coll_s``;
+    in one process it is ``local_coll_s`` and ``coll_s`` is left alone."""
+    from legionpy.measure.calibration import apply_measured_collectives
+
+    rows = [{"coll_wall_s": 210e-6, "coll_model_s": 2e-6},
+            {"coll_wall_s": 200e-6, "coll_model_s": 2e-6},
+            {"coll_wall_s": 650e-6, "coll_model_s": 90e-6}]
+    two = RuntimeOverhead(control_threads=2, coll_s=150e-6)
+    assert apply_measured_collectives(two, rows, ranks=2) == pytest.approx(208e-6)
+    assert two.coll_s == pytest.approx(208e-6) and two.local_coll_s == 0.0
+    slow_probe = RuntimeOverhead(control_threads=2, coll_s=300e-6)
+    apply_measured_collectives(slow_probe, rows, ranks=2)
+    assert slow_probe.coll_s == 300e-6  # the probe's figure stands where it is larger
+    one = RuntimeOverhead(control_threads=1)
+    assert apply_measured_collectives(one, rows, ranks=1) == pytest.approx(208e-6)
+    assert one.local_coll_s == pytest.approx(208e-6) and one.coll_s == 0.0
+    assert apply_measured_collectives(one, [{"coll_wall_s": None, "coll_model_s": None}],
+                                      ranks=2) is None
+
+
 def test_a_gpu_reduces_gradients_at_its_own_memory_bandwidth_not_the_host_s():
     """``reduce_byte_s`` is the host's stream rate; a GPU task's reductions
     run in the GPU's memory (an H200's alexnet step was predicted 355 ms for
