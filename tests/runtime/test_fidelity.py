@@ -1116,6 +1116,13 @@ def test_the_calibration_records_the_interpreter_speed(rt2, cache, monkeypatch):
     assert ovh.calibration["interpreter_s"] == 1.25e-4
 
 
+def _spin(seconds):
+    """Busy this thread for ``seconds`` of its CPU time (a fake kernel)."""
+    t = time.thread_time()
+    while time.thread_time() - t < seconds:
+        pass
+
+
 def test_kernel_timing_in_a_step_keeps_each_kernel_s_least_batch():
     """``time_in_step`` times the step's kernels in batches apart in time and
     keeps each kernel's least batch median: a batch that fell whole into a
@@ -1130,15 +1137,10 @@ def test_kernel_timing_in_a_step_keeps_each_kernel_s_least_batch():
     strategy = Strategy.single_device(g, machine)
     calls = []
 
-    def spin(seconds):
-        t = time.thread_time()
-        while time.thread_time() - t < seconds:
-            pass
-
     def runner(op, rect, dev):
         def kernel():
             calls.append(1)
-            spin(2e-3 if len(calls) <= per_batch else 2e-4)
+            _spin(2e-3 if len(calls) <= per_batch else 2e-4)
         return kernel, kernel
 
     tiles = required_tiles(g, [strategy])
@@ -1167,14 +1169,9 @@ def test_kernel_timing_scales_a_slow_spell_s_batches_by_the_speed_reference(monk
     machine = Machine.local(1)
     strategy = Strategy.single_device(g, machine)
 
-    def spin(seconds):
-        t = time.thread_time()
-        while time.thread_time() - t < seconds:
-            pass
-
     def runner(op, rect, dev):
         def kernel():
-            spin(6e-4)  # 3x its usual 2e-4
+            _spin(6e-4)  # 3x its usual 2e-4
         return kernel, kernel
 
     # four earlier batches read the usual speed; this model's three read 3x slower
