@@ -94,7 +94,8 @@ __all__ = ["Executor", "OpPlan", "SLOW_DEVICES", "SYNC_MODES", "sparse_params",
 #: its worker on the rank's bound core (lenet data on ``mpirun -n 2``:
 #: 4.2-4.5 ms a step, 3.4-3.5 ms without; issue 26), and it is a collective
 #: over every rank of the job. ``on_step``, the history and the bar see the
-#: results when they arrive.
+#: results when they arrive. Read at each step (bench/mpi_results.py sets 1,
+#: the exchange every step, as its baseline).
 MPI_RESULTS_EVERY = 16
 
 

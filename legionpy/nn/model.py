@@ -31,8 +31,9 @@ from ..errors import ModelError, StrategyError
 from ..mapper.resolve import resolve_strategy
 from ..optimizer import Graph, Machine, Strategy
 from ..runtime import gather_maps
+from . import execution
 from .data import DataLoader, shard
-from .execution import MPI_RESULTS_EVERY, Executor
+from .execution import Executor
 from .losses import check_loss, check_metrics
 from .optimizers import SGD, as_optimizer
 
@@ -364,7 +365,7 @@ class Model:
             fm.wait()  # this rank's points: the launches stay one step ahead
             hist.step_finished.append((time.perf_counter(), time.thread_time()))
             unsent.append(fm)
-            if now or len(unsent) >= MPI_RESULTS_EVERY:
+            if now or len(unsent) >= execution.MPI_RESULTS_EVERY:
                 flush()
 
         def flush() -> None:
