@@ -582,8 +582,7 @@ class Executor:
             fm = self._train_step(inputs, target, step)
         # steps before the previous one have finished; under MPI their
         # statistics are an exchange between the ranks, made in batches
-        batch = MPI_RESULTS_EVERY if self._stats and self._stats[0] \
-            and self._stats[0][0][1].collective else 1
+        batch = MPI_RESULTS_EVERY if fm is not None and fm.collective else 1
         if len(self._stats) >= 2 + batch:
             self.fold_running_stats(keep=2)
         return fm

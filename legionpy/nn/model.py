@@ -353,19 +353,15 @@ class Model:
 
         # under mpirun a step's results are an exchange between the ranks
         # (FutureMap.collective): the finished steps wait here, and one
-        # exchange every MPI_RESULTS_EVERY steps brings them all
+        # exchange every MPI_RESULTS_EVERY steps brings them all; in one
+        # process each step's results are taken as it finishes
         unsent: list = []
 
         def finished(fm: Any, now: bool = False) -> None:
-            if not fm.collective:
-                results = fm.get()
-                hist.step_finished.append((time.perf_counter(), time.thread_time()))
-                consume(results)
-                return
             fm.wait()  # this rank's points: the launches stay one step ahead
             hist.step_finished.append((time.perf_counter(), time.thread_time()))
             unsent.append(fm)
-            if now or len(unsent) >= execution.MPI_RESULTS_EVERY:
+            if now or not fm.collective or len(unsent) >= execution.MPI_RESULTS_EVERY:
                 flush()
 
         def flush() -> None:
