@@ -20,7 +20,7 @@ graph; this module holds what that needs below ``nn``:
 * :class:`ContendedCostModel`: tile kernels timed with the other devices busy.
 
 The figures are cached by :func:`legionpy.measure.runtime_overhead` in
-``$LEGIONPY_CACHE/overhead-v18-MACHINE[-bound].json``.
+``$LEGIONPY_CACHE/overhead-v19-MACHINE[-bound].json``.
 """
 
 from __future__ import annotations
@@ -100,8 +100,9 @@ class ContendedCostModel:
 
 #: the step tables' own generation, after :data:`TABLES` in their file name:
 #: s2 scales each batch to the process's usual speed (:func:`time_in_step`),
-#: so tables timed before are timed again
-STEP_TABLES = "s2"
+#: s3 keeps each kernel's median batch rather than its least, so tables timed
+#: before are timed again
+STEP_TABLES = "s3"
 
 
 class StepCostModel:
@@ -114,7 +115,7 @@ class StepCostModel:
     and repeated, alexnet's tiles took 10% less (a backward's
     forward-pass state is out of the caches by the time it runs), lenet's
     8%. A tile it is asked for outside :meth:`prime` is timed alone. Cached
-    in ``$LEGIONPY_CACHE/costs-step-cpu-v2s2.json``."""
+    in ``$LEGIONPY_CACHE/costs-step-cpu-v2s3.json``."""
 
     @staticmethod
     def local(cache_path: str | None = None) -> Any:
@@ -157,7 +158,7 @@ def _cpu_cost_model(filename: str, concurrency: int, cache_path: str | None,
 
 
 #: batches of :func:`time_in_step`'s rounds, apart in time, and the pause
-#: between them: each kernel keeps its least batch median, each batch's
+#: between them: each kernel keeps its median batch, each batch's
 #: medians scaled to the process's usual speed (:func:`speed_reference`)
 STEP_BATCHES = 5
 STEP_GAP_S = 0.05
@@ -201,7 +202,7 @@ def time_in_step(cm: Any, graph: Any, strategy: Any, machine: Any, warmup: int =
     device of each kind of ``machine``, as a step runs them: every tile's
     forward in graph order, then every backward in reverse, ``warmup +
     rounds`` times, in ``batches`` batches ``gap_s`` apart, in its thread's
-    CPU seconds with one BLAS thread; each kernel's least batch median of
+    CPU seconds with one BLAS thread; each kernel's median batch median of
     the last ``rounds``, into ``cm.table`` (and its disk cache). Each
     batch's medians are first scaled by the process's usual speed over the
     batch's own (:func:`speed_reference` before and after it, against the
@@ -236,11 +237,10 @@ def time_in_step(cm: Any, graph: Any, strategy: Any, machine: Any, warmup: int =
                 timed.append(((before + speed_reference()) / 2, medians))
                 _SPEEDS.append(timed[-1][0])
         usual = float(np.median(_SPEEDS))
-        best = [[math.inf, math.inf] for _ in runs]
-        for speed, medians in timed:
-            k = usual / speed
-            for i, (f, bw) in enumerate(medians):
-                best[i] = [min(best[i][0], f * k), min(best[i][1], bw * k)]
+        scaled = [[(f * usual / speed, bw * usual / speed) for f, bw in medians]
+                  for speed, medians in timed]
+        best = [[float(np.median([b[i][0] for b in scaled])),
+                 float(np.median([b[i][1] for b in scaled]))] for i in range(len(runs))]
         for (op, t), times in zip(tiles, best):
             cm.table[cost_key(op, t, dev.kind)] = times
         added = True

@@ -940,7 +940,7 @@ def test_the_worker_cost_model_times_a_strategy_s_kernels_in_the_step_s_order(ca
     from legionpy.optimizer.costmodel import cost_key, cost_model_from_spec
 
     cm = cost_model_from_spec("worker")
-    assert cm.concurrency == 1 and os.path.basename(cm.cache_path) == "costs-step-cpu-v2s2.json"
+    assert cm.concurrency == 1 and os.path.basename(cm.cache_path) == "costs-step-cpu-v2s3.json"
     g = models.graph("lenet", scale="small").graph
     machine = Machine.local()
     order = []
@@ -1123,10 +1123,12 @@ def _spin(seconds):
         pass
 
 
-def test_kernel_timing_in_a_step_keeps_each_kernel_s_least_batch():
+def test_kernel_timing_in_a_step_keeps_each_kernel_s_median_batch():
     """``time_in_step`` times the step's kernels in batches apart in time and
-    keeps each kernel's least batch median: a batch that fell whole into a
-    slow spell of the host (here: the first, 10x slower) does not set it."""
+    keeps each kernel's median batch: a batch that fell whole into a slow
+    spell of the host (here: the first, 10x slower) does not set it, and
+    neither does the luckiest one (the least batch read alexnet's step
+    kernels 4-7% under their typical time, and its row was predicted low)."""
     from types import SimpleNamespace
 
     from legionpy.optimizer.calibration import time_in_step
@@ -1140,18 +1142,19 @@ def test_kernel_timing_in_a_step_keeps_each_kernel_s_least_batch():
     def runner(op, rect, dev):
         def kernel():
             calls.append(1)
-            _spin(2e-3 if len(calls) <= per_batch else 2e-4)
+            batch = (len(calls) - 1) // per_batch
+            _spin((2e-3, 2e-4, 6e-4)[batch])
         return kernel, kernel
 
     tiles = required_tiles(g, [strategy])
     per_batch = 2 * len(tiles) * (1 + 2)  # forward and backward, warmup 1 + rounds 2
-    for batches, want in ((1, 2e-3), (3, 2e-4)):
+    for batches, want in ((1, 2e-3), (3, 6e-4)):
         calls.clear()
         cm = SimpleNamespace(table={}, runner=runner, cache_path=None)
         time_in_step(cm, g, strategy, machine, warmup=1, rounds=2, batches=batches, gap_s=0.0)
         assert len(cm.table) == len(tiles)
         for f, b in cm.table.values():
-            assert f == pytest.approx(want, rel=0.5) and b == pytest.approx(want, rel=0.5)
+            assert f == pytest.approx(want, rel=0.3) and b == pytest.approx(want, rel=0.3)
 
 
 def test_kernel_timing_scales_a_slow_spell_s_batches_by_the_speed_reference(monkeypatch):
