@@ -2,10 +2,12 @@
 of ``examples/``.
 
 :func:`train` builds ``models.NAME`` (``scale="small"`` by default), makes
-``steps`` batches with :func:`legionpy.data.for_model`, compiles it with the
-strategy given (``data``, ``model``, ``owt``, ``search``, a JSON file or a
-Strategy) on this runtime's devices and runs one ``fit`` step per batch. It
-returns a plain dict (what ``--json`` prints):
+``min(steps, DATA_BATCHES)`` batches with :func:`legionpy.data.for_model`
+(step ``k`` trains on batch ``k % DATA_BATCHES``: a long run's memory does
+not grow with its steps), compiles it with the strategy given (``data``,
+``model``, ``owt``, ``search``, a JSON file or a Strategy) on this
+runtime's devices and runs one ``fit`` step per batch. It returns a plain
+dict (what ``--json`` prints):
 
 ``{"model", "strategy", "steps", "batch_size", "devices", "ranks",
 "parameters", "first_loss", "final_loss", "losses", "samples_per_s",
@@ -35,7 +37,13 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = ["train", "train_from_args", "parse_sizes",
-           "default_optimizer", "is_root", "start_runtime"]
+           "default_optimizer", "is_root", "start_runtime", "DATA_BATCHES"]
+
+#: generated batches a run cycles through: step k trains on batch
+#: k % DATA_BATCHES. Generating one batch per step made `train alexnet
+#: --steps 2500` allocate 2 GB per rank (20 s of page faults before the
+#: first step), and a long run would run out of memory.
+DATA_BATCHES = 64
 
 _LR = {"lenet": 3e-3, "alexnet": 1e-3, "vgg16": 1e-3, "inception_v3": 2e-3,
        "resnet101": 2e-3, "rnntc": 1e-2, "rnnlm": 1e-2, "nmt": 1e-2, "transformer": 3e-3}
@@ -98,6 +106,8 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     processes / collectives")."""
     import os
 
+    import numpy as np
+
     from .. import data as D
     from .. import runtime as lr
     from ..optimizer import Machine
@@ -106,7 +116,8 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
 
     model = build(name, batch_size=batch_size, scale=scale, seed=seed, **sizes)
     b = model.batch_size
-    xs, y = D.for_model(model, steps * b, seed=seed, text=text)
+    pool = max(1, min(steps, DATA_BATCHES))
+    xs, y = D.for_model(model, pool * b, seed=seed, text=text)
     model.compile(optimizer=optimizer or default_optimizer(name),
                   loss="sparse_categorical_crossentropy", strategy=strategy, sync=sync)
     if checkpoint is not None and os.path.exists(checkpoint):
@@ -122,24 +133,36 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
 
     ck = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every}
     verbose = int(progress and lr.get_runtime().rank == 0)
+
+    def run(first: int, count: int, **kw: Any) -> None:
+        """Steps ``first .. first + count - 1``, step k on batch k % pool:
+        full passes over the pool (rotated to start at ``first``) as one
+        fit's epochs, the rest as one more fit."""
+        k = (first % pool) * b
+        rx = [np.concatenate([x[k:], x[:k]]) if k else x for x in xs]
+        ry = np.concatenate([y[k:], y[:k]]) if k else y
+        passes, rest = divmod(count, pool)
+        for epochs, n in ((passes, pool), (1 if rest else 0, rest)):
+            if epochs:
+                model._batch = 0  # the batches are sliced here
+                h = model.fit([x[:n * b] for x in rx], ry[:n * b], epochs=epochs,
+                              shuffle=False, on_step=on_step, **ck, **kw)
+                stamps.extend(t for t, _ in h.step_finished)
+
     # The first step alone (it pays for first-touch allocation), then the
-    # rest in one fit call so each step's launch overlaps the previous one.
+    # rest in as few fit calls as the pool allows (one, up to DATA_BATCHES
+    # steps) so each step's launch overlaps the previous one.
     from ..interrupt import deferred_interrupt
 
     with deferred_interrupt("train"):  # Ctrl-C between the fits stops the next one
         t0 = time.perf_counter()
         if start == 0:
-            h = model.fit([x[:b] for x in xs], y[:b], epochs=1, verbose=0, shuffle=False,
-                          on_step=on_step, **ck)
-            stamps += [t for t, _ in h.step_finished]
+            run(0, 1, verbose=0)
         t1 = time.perf_counter()
         c1 = cpu_clock()
         done = max(start, 1)
         if steps > done:
-            model._batch = 0  # the batches left are sliced here: x[done * b:]
-            h = model.fit([x[done * b:] for x in xs], y[done * b:], epochs=1, verbose=verbose,
-                          shuffle=False, on_step=on_step, **ck)
-            stamps += [t for t, _ in h.step_finished]
+            run(done, steps - done, verbose=verbose)
     lr.fence()
     end = time.perf_counter()
     bg = background_cores(c1, cpu_clock())

@@ -90,6 +90,41 @@ def test_recurrent_models_learn_in_50_steps(name):
     assert np.mean(losses[-10:]) < 0.8 * np.mean(losses[:5]), losses
 
 
+def test_train_cycles_a_bounded_pool_of_batches_and_resumes_exactly(tmp_path, monkeypatch):
+    """``train`` generates ``DATA_BATCHES`` batches however many steps it
+    runs (step k on batch k % DATA_BATCHES), trains exactly as ``fit`` on
+    those batches repeated, and a run resumed from a checkpoint past a
+    pass's end takes the same steps as the run that did not stop."""
+    from legionpy.models import training
+    from legionpy.models.training import default_optimizer
+
+    monkeypatch.setattr(training, "DATA_BATCHES", 3)
+    made = []
+    real_for_model = data.for_model
+    monkeypatch.setattr(data, "for_model",
+                        lambda m, n, **kw: made.append(n) or real_for_model(m, n, **kw))
+    lr.init(cpus=2)
+    try:
+        straight = train("lenet", steps=8)["losses"]
+        ck = str(tmp_path / "ck.npz")
+        first = train("lenet", steps=4, checkpoint=ck)["losses"]
+        rest = train("lenet", steps=8, checkpoint=ck)["losses"]
+        m = models.build("lenet", scale="small")
+        xs, y = real_for_model(m, 3 * m.batch_size, seed=0)
+        cyc = np.concatenate([np.arange(i * m.batch_size, (i + 1) * m.batch_size)
+                              for i in (0, 1, 2, 0, 1, 2, 0, 1)])
+        m.compile(optimizer=default_optimizer("lenet"), loss="sparse_categorical_crossentropy",
+                  strategy="data")
+        by_fit = m.fit([xs[0][cyc]], y[cyc], epochs=1, verbose=0, shuffle=False)["step_loss"]
+    finally:
+        lr.shutdown()
+    b = m.batch_size
+    assert made and set(made) == {3 * b}  # never one batch per step
+    assert len(straight) == 8 and len(first) == 4 and len(rest) == 4
+    np.testing.assert_allclose(straight, by_fit, rtol=1e-5)
+    np.testing.assert_allclose(first + rest, straight, rtol=1e-5)
+
+
 def test_embedding_update_touches_only_the_batchs_rows():
     lr.init(cpus=2)
     try:
