@@ -65,6 +65,8 @@ ERR_TAG, REQ_TAG = 1, 2
 #: polls then cost a few percent of its core.
 WAIT_SPIN_S = 1e-4
 WAIT_NAP_MAX_S = 5e-5
+#: the watchdog thread's pause between polls for errors and future requests
+WATCH_NAP_S = 2e-3
 REPLY_BASE = 1000
 
 
@@ -426,7 +428,7 @@ class Cluster:
                 print(f"[legionpy rank {self.rank}] watchdog: {exc!r}", file=sys.stderr)
             if self._abort_at is not None and time.monotonic() >= self._abort_at:
                 self._abort()
-            time.sleep(5e-4 if self._requests else 2e-3)
+            time.sleep(5e-4 if self._requests else WATCH_NAP_S)
 
     def _abort(self) -> None:
         sys.stderr.flush()
@@ -442,4 +444,10 @@ class Cluster:
                 time.sleep(min(left, 0.5))
             self._abort()
         self._stop = True
+        # MPI_Finalize (mpi4py's, after the interpreter's exit handlers) must
+        # not run while the watchdog is inside an Iprobe or a reply: a job
+        # whose ranks had finished aborted at exit now and then with
+        # "corrupted double-linked list" (signal 6)
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=max(1.0, 4 * WATCH_NAP_S))
 

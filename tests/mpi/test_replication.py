@@ -99,6 +99,25 @@ def test_tile_sized_instances_on_two_ranks_with_replays(strategy):
     assert out.stdout.count("OK tiles rank") == 2, out.stdout + out.stderr
 
 
+EXIT_PROGRAM = """
+import legionpy.runtime as lr
+from legionpy.runtime import mpi
+lr.init(cpus=1)
+cl = mpi.cluster()
+assert cl._thread.is_alive()
+cl._at_exit()
+print(f"watchdog alive after exit handler: {cl._thread.is_alive()}", flush=True)
+"""
+
+
+def test_the_exit_handler_stops_the_watchdog_before_mpi_finalizes():
+    """A job whose ranks had finished aborted at exit now and then
+    ("corrupted double-linked list", signal 6): MPI_Finalize ran while the
+    watchdog thread was inside an Iprobe. The exit handler now joins it."""
+    out = run_mpi(2, ["-c", EXIT_PROGRAM], timeout=60)
+    assert out.stdout.count("watchdog alive after exit handler: False") == 2, out.stdout
+
+
 def test_fit_exchanges_its_results_in_batches_with_the_same_values(tmp_path):
     """Under mpirun fit gathers the steps' losses and batch norm's batch
     statistics once every MPI_RESULTS_EVERY steps (issue 26: the per-step
