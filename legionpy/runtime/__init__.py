@@ -30,12 +30,20 @@ from .devices import Device
 from .futures import Future, FutureMap, gather_maps
 from .launch import LaunchOptions, TaskFunction, task
 
-__all__ = ["task", "index_launch", "fill", "fence", "runtime", "get_runtime", "init", "shutdown",
+__all__ = ["task", "index_launch", "fill", "fence", "runtime", "get_runtime", "current_runtime",
+           "init", "shutdown",
            "trace", "begin_trace", "end_trace", "memory_stats",
            "Future", "FutureMap", "gather_maps", "Device", "LaunchOptions", "TaskFunction",
            "Runtime", "HOST"]
 
 _runtime: Runtime | None = None
+
+
+def current_runtime() -> Runtime | None:
+    """The process's Runtime as it is (None before the first, or after
+    :func:`shutdown`), never a new one: for code on the runtime's own
+    threads, which must not start a runtime while this one closes."""
+    return _runtime
 
 
 def get_runtime(reset: bool = False, **options: Any) -> Runtime:

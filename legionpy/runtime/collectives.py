@@ -122,9 +122,14 @@ class CollectiveBody(PointBody):
 def _stand_in(name: str, t0: float) -> None:
     """A stand-in run (optimizer/mirror.py install_standins): the collective
     lasts at least its simulated time."""
-    from . import get_runtime
+    from . import current_runtime
 
-    table = get_runtime().collective_standin
+    # not get_runtime(): at exit the runtime is closed while it fences, and a
+    # collective still in flight then made a new runtime on its worker thread
+    # (a world allgather racing MPI_Finalize: "corrupted double-linked list"
+    # or a segfault at the end of 10-20% of a 2-rank job's runs)
+    rt = current_runtime()
+    table = rt.collective_standin if rt is not None else None
     if table:
         time.sleep(max(0.0, table.get(name, 0.0) - (time.perf_counter() - t0)))
 

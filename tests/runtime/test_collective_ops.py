@@ -143,3 +143,24 @@ def test_emulated_gpus_same_path(emu):
     lr.fence()
     for p in range(n):
         np.testing.assert_allclose(np.asarray(got[p]), vals[0] + vals[1], rtol=1e-5, atol=1e-6)
+
+
+def test_a_collective_ending_while_the_runtime_closes_starts_no_runtime():
+    """At exit under mpirun the runtime fences after it is marked closed; a
+    collective still in flight then asked for the runtime, got a new one
+    made on its worker thread (a world allgather racing MPI_Finalize), and
+    10-20% of a 2-rank job's runs ended in a segfault or "corrupted
+    double-linked list". A collective's body reads the runtime as it is."""
+    import time
+
+    from legionpy.runtime import collectives
+
+    rt = lr.init(cpus=2)
+    rt.closed = True  # as while shutdown() fences
+    try:
+        collectives._stand_in("RS:b0.0", time.perf_counter())
+        assert lr.current_runtime() is rt
+    finally:
+        rt.closed = False
+        lr.shutdown()
+    assert lr.current_runtime() is None
