@@ -272,7 +272,9 @@ def over_processes(args, argv: list[str]) -> int:
             out = os.path.join(tmp, f"run{k}.json")
             cmd = [sys.executable, os.path.abspath(__file__), *base, "--json", out]
             if args.ranks > 1:
-                cmd = [_mpirun(), "-n", str(args.ranks), *cmd]
+                from legionpy.runtime.mpi import mpirun_path
+
+                cmd = [mpirun_path() or "mpirun", "-n", str(args.ranks), *cmd]
             print(f"-- process {k + 1} of {args.processes}: {' '.join(cmd)}", flush=True)
             subprocess.run(cmd, check=True)
             base = _without(base, "--recalibrate")  # calibrate once, in the first
@@ -317,16 +319,6 @@ def over_processes(args, argv: list[str]) -> int:
         with open(args.json, "w") as f:
             json.dump(out_all, f, indent=1, default=str)
     return 0
-
-
-def _mpirun() -> str:
-    """The ``mpirun`` of this Python's environment (the mpich wheel puts it
-    beside the interpreter), else the first on PATH: the bench runs from a
-    virtual environment that need not be activated."""
-    import shutil
-
-    local = os.path.join(os.path.dirname(sys.executable), "mpirun")
-    return local if os.path.exists(local) else (shutil.which("mpirun") or "mpirun")
 
 
 def run_regime(regime, args, machine, overhead, sizes, root):

@@ -148,6 +148,16 @@ def cluster() -> Cluster:
     return _cluster
 
 
+def mpirun_path() -> str | None:
+    """The ``mpirun`` to launch jobs with: the one installed beside this
+    interpreter (the ``mpich`` wheel puts it in the virtual environment's
+    ``bin``, which need not be on PATH), else the first on PATH, else None."""
+    import shutil
+
+    local = os.path.join(os.path.dirname(sys.executable), "mpirun")
+    return local if os.path.exists(local) else shutil.which("mpirun")
+
+
 class Cluster:
     """This MPI job: ``rank``, ``size``, ``hosts`` (name per rank),
     ``local_rank`` (index among the ranks of this host), communicators,
@@ -445,9 +455,9 @@ class Cluster:
             self._abort()
         self._stop = True
         # MPI_Finalize (mpi4py's, after the interpreter's exit handlers) must
-        # not run while the watchdog is inside an Iprobe or a reply: a job
-        # whose ranks had finished aborted at exit now and then with
-        # "corrupted double-linked list" (signal 6)
+        # not run while the watchdog is inside an Iprobe or a reply (the
+        # aborts at exit seen in CI had another cause: a runtime made during
+        # shutdown, runtime/collectives.py _stand_in)
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=max(1.0, 4 * WATCH_NAP_S))
 

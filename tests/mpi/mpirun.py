@@ -8,21 +8,15 @@ to the one on PATH.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from legionpy.runtime.mpi import mpirun_path
+
 REPO = Path(__file__).resolve().parents[2]
-
-
-def mpirun_path() -> str | None:
-    local = Path(sys.executable).parent / "mpirun"
-    if local.exists():
-        return str(local)
-    return shutil.which("mpirun")
 
 
 def run_mpi(n: int, args: list[str], timeout: float = 120, env: dict | None = None,

@@ -111,9 +111,9 @@ print(f"watchdog alive after exit handler: {cl._thread.is_alive()}", flush=True)
 
 
 def test_the_exit_handler_stops_the_watchdog_before_mpi_finalizes():
-    """A job whose ranks had finished aborted at exit now and then
-    ("corrupted double-linked list", signal 6): MPI_Finalize ran while the
-    watchdog thread was inside an Iprobe. The exit handler now joins it."""
+    """MPI_Finalize, which mpi4py runs after the exit handlers, must not
+    find the watchdog thread inside an Iprobe or a reply: the exit handler
+    stops it and joins it."""
     out = run_mpi(2, ["-c", EXIT_PROGRAM], timeout=60)
     assert out.stdout.count("watchdog alive after exit handler: False") == 2, out.stdout
 
