@@ -32,8 +32,8 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-__all__ = ["core_blocks", "bind_rank", "binding", "node_cores", "unbound", "cpu_clock",
-           "own_background"]
+__all__ = ["core_blocks", "bind_rank", "binding", "node_cores", "one_core", "unbound",
+           "cpu_clock", "own_background"]
 
 #: the cores this process could use before :func:`bind_rank` (None: not bound)
 _original: frozenset[int] | None = None
@@ -127,6 +127,16 @@ def bind_rank(local_rank: int, local_size: int) -> frozenset[int] | None:
 def binding() -> frozenset[int] | None:
     """The cores :func:`bind_rank` bound this process to (None: not bound)."""
     return _block
+
+
+def one_core() -> bool:
+    """Whether this process's threads share one core (bound to it by
+    :func:`bind_rank`, the launcher or the batch system): its launching
+    thread then yields the core now and then (runtime/scheduler.py)."""
+    try:
+        return len(os.sched_getaffinity(0)) == 1
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return False
 
 
 def node_cores() -> int:

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from ..affinity import one_core
 from ..errors import LaunchError, MappingError, RegionError, TaskError
 from ..regions import WD, DependenceAnalyzer, Partition, Region, RegionRequirement, Subregion
 from ..regions.coherence import HOST, FieldState, FoldAction, Request
@@ -93,6 +94,7 @@ class Runtime:
             self.sched.executor = SerialExecutor(self.sched)
         elif kind == "threads":
             self.sched.executor = ThreadExecutor(self.sched)
+            self.sched.one_core = one_core()  # its threads share it: yield it now and then
             limit_blas(1)
         else:
             raise ValueError(f"executor must be 'threads' or 'serial', got {kind!r}")

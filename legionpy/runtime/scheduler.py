@@ -40,16 +40,20 @@ of its dependences, and record an event for it: an op *finishes* here once
 its kernels are enqueued. CPU runtimes keep the plain methods (no per-op
 cost).
 
-The launching thread yields its core (``os.sched_yield``, which also lets
-the interpreter lock go) once per :data:`YIELD_EVERY_S` of submitting. A
-trace replay is pure Python, 1.3-1.7 ms a step for rnntc, and under
-``mpirun`` a rank's threads share one core: a link thread woken by a
-finished task to start its cross-rank send did not run until the replay
-ended (measured 27 Nov: the send of rnntc owt's ``classifier.grad`` started
-1.6-3.1 ms after its producer in a third of the steps, and the other
-rank's backward waited for it). Yielding every 100 us took that row from
-8.0-9.2 to 7.2-7.6 ms a step (predicted 7.2), rnnlm owt from 10.7-12.0 to
-9.1-9.7; rows without cross-rank copies and one-process rows unchanged.
+A process whose threads share one core (a rank bound to its core under
+``mpirun``, legionpy/affinity.py: ``one_core``) and that runs a link's or a
+communicator's thread yields that core from its launching thread
+(``os.sched_yield``, which also lets the interpreter lock go) once per
+:data:`YIELD_EVERY_S` of submitting. A trace replay is pure Python, 1.3-1.7
+ms a step for rnntc, and a link thread woken by a finished task to start
+its cross-rank send did not run until the replay ended (measured 27 Nov:
+the send of rnntc owt's ``classifier.grad`` started 1.6-3.1 ms after its
+producer in a third of the steps, and the other rank's backward waited
+for it). Yielding every 100 us took that row from 9.3-10.4 to 7.4-7.6 ms
+a step under ``mpirun -n 2`` (predicted 7.2); every 400 us did nothing
+(9.3-9.8). Where a rank runs no link or communicator (one device, no
+exchange) the yields only switch threads: rnnlm on one device went from
+7.1-7.3 to 7.5-8.1 ms with them, so such a process does not yield.
 
 Example: ops 1 (dev 0), 2 (dev 1, after 1), 3 (dev 0): the launch submits 1
 and 3 ready, in id order, to device 0; 2 waits. When 1 finishes, 2 enters
@@ -142,6 +146,10 @@ class Scheduler:
         self.recorder: Callable[[Op, list], None] | None = None
         self.executor: Executor = SerialExecutor(self)
         self._yielded = time.perf_counter()  # when the launching thread last yielded
+        #: the process's threads share one core (set by the runtime, affinity.one_core)
+        self.one_core = False
+        #: a link's or a communicator's thread runs (set by ThreadExecutor)
+        self.talkers = False
         #: GPU runtimes: the streams and events of runtime/streams.py
         self.streams: Any = None
 
@@ -192,7 +200,10 @@ class Scheduler:
 
     def _yield_core(self) -> None:
         """Yield the core (and the interpreter lock) when the submitting
-        thread has run :data:`YIELD_EVERY_S` since it last did (module doc)."""
+        thread has run :data:`YIELD_EVERY_S` since it last did, in a process
+        whose threads share one core and talk to others (module doc)."""
+        if not (self.one_core and self.talkers):
+            return
         now = time.perf_counter()
         if now - self._yielded > YIELD_EVERY_S:
             _sched_yield()
@@ -389,6 +400,8 @@ class ThreadExecutor(Executor):
                 t.start()
                 self.threads.append(t)
                 self.queues[key] = q
+                if type(key) is not int:  # a link's or a communicator's (module doc)
+                    self.sched.talkers = True
             return q
 
     def _loop(self, q: SimpleQueue) -> None:

@@ -1,13 +1,15 @@
 """Each rank of the node on its own cores (legionpy/affinity.py): every
 thread of a rank, those it starts later too, on its block; the blocks of
 the ranks disjoint when the node has a core per rank; the machine figures
-still count the node's cores. ``LEGIONPY_BIND=0``: nothing bound."""
+still count the node's cores. ``LEGIONPY_BIND=0``: nothing bound. A rank
+left with one core yields it while it launches (runtime/scheduler.py)."""
 
 import os
 import threading
 
 from mpi4py import MPI
 
+import legionpy.runtime as lr
 from legionpy.affinity import binding, core_blocks, node_cores
 from legionpy.optimizer.calibration import local_cores
 from legionpy.runtime.mpi import cluster
@@ -40,4 +42,5 @@ else:
                        for b in blocks[i + 1:]), blocks
         assert local_cores() == allowed  # the model still sees the node's cores
     print(f"OK rank {comm.rank} bound to {sorted(mine) if mine else None}", flush=True)
+assert lr.get_runtime().sched.one_core == (len(os.sched_getaffinity(0)) == 1)
 comm.Barrier()
