@@ -41,19 +41,21 @@ its kernels are enqueued. CPU runtimes keep the plain methods (no per-op
 cost).
 
 A process whose threads share one core (a rank bound to its core under
-``mpirun``, legionpy/affinity.py: ``one_core``) and that runs a link's or a
-communicator's thread yields that core from its launching thread
-(``os.sched_yield``, which also lets the interpreter lock go) once per
-:data:`YIELD_EVERY_S` of submitting. A trace replay is pure Python, 1.3-1.7
-ms a step for rnntc, and a link thread woken by a finished task to start
-its cross-rank send did not run until the replay ended (measured 27 Nov:
-the send of rnntc owt's ``classifier.grad`` started 1.6-3.1 ms after its
-producer in a third of the steps, and the other rank's backward waited
-for it). Yielding every 100 us took that row from 9.3-10.4 to 7.4-7.6 ms
-a step under ``mpirun -n 2`` (predicted 7.2); every 400 us did nothing
-(9.3-9.8). Where a rank runs no link or communicator (one device, no
-exchange) the yields only switch threads: rnnlm on one device went from
-7.1-7.3 to 7.5-8.1 ms with them, so such a process does not yield.
+``mpirun``, legionpy/affinity.py: ``one_core``) yields that core from its
+launching thread (``os.sched_yield``, which also lets the interpreter lock
+go) once per :data:`YIELD_EVERY_S` of submitting, while ops of a link or a
+communicator (a cross-rank copy, a collective) are pending (``talking``).
+A trace replay is pure Python, 1.3-1.7 ms a step for rnntc, and a link
+thread woken by a finished task to start its cross-rank send did not run
+until the replay ended (measured 27 Nov: the send of rnntc owt's
+``classifier.grad`` started 1.6-3.1 ms after its producer in a third of
+the steps, and the other rank's backward waited for it). Under ``mpirun -n
+2``, yielding every 100 us took that row from 9.3-10.4 to 7.4-7.6 ms a step
+(predicted 7.2); every 400 us did nothing (9.3-9.8). Yielding whenever a
+link thread exists made one-device steps slower (rnnlm on one device 7.1-7.3
+-> 7.5-8.1 ms: the worker then runs ahead of the replay of the next step,
+which then starts late); with pending communication as the condition,
+owt and data rows gain 6-12% and one-device rows are unchanged.
 
 Example: ops 1 (dev 0), 2 (dev 1, after 1), 3 (dev 0): the launch submits 1
 and 3 ready, in id order, to device 0; 2 waits. When 1 finishes, 2 enters
@@ -148,8 +150,9 @@ class Scheduler:
         self._yielded = time.perf_counter()  # when the launching thread last yielded
         #: the process's threads share one core (set by the runtime, affinity.one_core)
         self.one_core = False
-        #: a link's or a communicator's thread runs (set by ThreadExecutor)
-        self.talkers = False
+        #: submitted, unfinished ops of links and communicators (a cross-rank
+        #: copy, a collective): while there are any, the launching thread yields
+        self.talking = 0
         #: GPU runtimes: the streams and events of runtime/streams.py
         self.streams: Any = None
 
@@ -183,6 +186,8 @@ class Scheduler:
             self.recorder(op, deps)
         with self.lock:
             self.outstanding += 1
+            if _talks(op):
+                self.talking += 1
             waiting = self._wait_for(op, deps)
         if not waiting:
             self._release([op])
@@ -193,6 +198,7 @@ class Scheduler:
         trace replay's ops; no recorder is active then)."""
         with self.lock:
             self.outstanding += len(batch)
+            self.talking += sum(1 for op, _ in batch if _talks(op))
             ready = [op for op, deps in batch if not self._wait_for(op, deps)]
         if ready:
             self._release(ready)
@@ -201,8 +207,9 @@ class Scheduler:
     def _yield_core(self) -> None:
         """Yield the core (and the interpreter lock) when the submitting
         thread has run :data:`YIELD_EVERY_S` since it last did, in a process
-        whose threads share one core and talk to others (module doc)."""
-        if not (self.one_core and self.talkers):
+        whose threads share one core, while communication is pending
+        (module doc)."""
+        if not (self.one_core and self.talking):
             return
         now = time.perf_counter()
         if now - self._yielded > YIELD_EVERY_S:
@@ -286,6 +293,8 @@ class Scheduler:
             op.error = err
             op.state = FAILED if err is not None else DONE
             self.outstanding -= 1
+            if _talks(op):
+                self.talking -= 1
             for s in op.succ:
                 s.npending -= 1
                 if err is not None and s.error is None:
@@ -332,6 +341,13 @@ class Scheduler:
 
 def _op_id(op: Op) -> int:
     return op.id
+
+
+def _talks(op: Op) -> bool:
+    """Whether ``op`` runs on a link's or a communicator's queue (a device's
+    is its id, an op of no queue does no work)."""
+    q = op.queue
+    return q is not None and type(q) is not int
 
 
 _ALL = Op(-1, "fence", "all ops", None, None)
@@ -400,8 +416,6 @@ class ThreadExecutor(Executor):
                 t.start()
                 self.threads.append(t)
                 self.queues[key] = q
-                if type(key) is not int:  # a link's or a communicator's (module doc)
-                    self.sched.talkers = True
             return q
 
     def _loop(self, q: SimpleQueue) -> None:
