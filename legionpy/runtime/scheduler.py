@@ -43,8 +43,10 @@ cost).
 A process whose threads share one core (a rank bound to its core under
 ``mpirun``, legionpy/affinity.py: ``one_core``) yields that core from its
 launching thread (``os.sched_yield``, which also lets the interpreter lock
-go) once per :data:`YIELD_EVERY_S` of submitting, while ops of a link or a
-communicator (a cross-rank copy, a collective) are pending (``talking``).
+go) once per :data:`YIELD_EVERY_S` of submitting, while copies between
+devices or collectives are pending (``talking``; not the host's input
+staging: with it, a one-device rank of ``mpirun -n 4`` on 2 cores yielded
+through every replay and its steps took 8-22% longer).
 A trace replay is pure Python, 1.3-1.7 ms a step for rnntc, and a link
 thread woken by a finished task to start its cross-rank send did not run
 until the replay ended (measured 27 Nov: the send of rnntc owt's
@@ -344,10 +346,17 @@ def _op_id(op: Op) -> int:
 
 
 def _talks(op: Op) -> bool:
-    """Whether ``op`` runs on a link's or a communicator's queue (a device's
-    is its id, an op of no queue does no work)."""
+    """Whether ``op`` is communication another device waits for: a copy on a
+    link between two devices' memories, or a collective on a communicator
+    (a device's queue is its id, a link ``(src, dst)`` of memories, the
+    host's -1; a copy from the host stages a step's inputs, which nothing
+    waits for before the step starts, and an op of no queue does no work)."""
     q = op.queue
-    return q is not None and type(q) is not int
+    if q is None or type(q) is int:
+        return False
+    if type(q) is tuple:
+        return q[0] >= 0 and q[1] >= 0
+    return True
 
 
 _ALL = Op(-1, "fence", "all ops", None, None)

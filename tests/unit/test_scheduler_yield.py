@@ -81,3 +81,9 @@ def test_submitting_in_batches_counts_and_yields(threaded):
     sched.wait(None, timeout=10)
     assert 5 <= len(yields) < n / 8
     assert sched.outstanding == 0 and sched.talking == 0
+
+
+def test_staging_from_the_host_is_not_communication(threaded):
+    sched, yields = threaded
+    _submit_behind(sched, (-1, 0), 0, 0.02)
+    assert yields == [] and sched.talking == 0
