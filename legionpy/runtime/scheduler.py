@@ -44,20 +44,20 @@ A process whose threads share one core (a rank bound to its core under
 ``mpirun``, legionpy/affinity.py: ``one_core``) yields that core from its
 launching thread (``os.sched_yield``, which also lets the interpreter lock
 go) once per :data:`YIELD_EVERY_S` of submitting, while copies between
-devices or collectives are pending (``talking``; not the host's input
-staging: with it, a one-device rank of ``mpirun -n 4`` on 2 cores yielded
-through every replay and its steps took 8-22% longer).
-A trace replay is pure Python, 1.3-1.7 ms a step for rnntc, and a link
-thread woken by a finished task to start its cross-rank send did not run
-until the replay ended (measured 27 Nov: the send of rnntc owt's
-``classifier.grad`` started 1.6-3.1 ms after its producer in a third of
-the steps, and the other rank's backward waited for it). Under ``mpirun -n
-2``, yielding every 100 us took that row from 9.3-10.4 to 7.4-7.6 ms a step
-(predicted 7.2); every 400 us did nothing (9.3-9.8). Yielding whenever a
-link thread exists made one-device steps slower (rnnlm on one device 7.1-7.3
--> 7.5-8.1 ms: the worker then runs ahead of the replay of the next step,
-which then starts late); with pending communication as the condition,
-owt and data rows gain 6-12% and one-device rows are unchanged.
+devices or collectives are pending (``talking``). A trace replay is pure
+Python, 1.3-1.7 ms a step for rnntc, and a link thread woken by a finished
+task to start its cross-rank send did not run until the replay ended
+(measured 27 Nov: the send of rnntc owt's ``classifier.grad`` started
+1.6-3.1 ms after its producer in a third of the steps, and the other rank's
+backward waited for it). Under ``mpirun -n 2``, yielding every 100 us took
+that row from 9.3-10.4 to 7.4-7.6 ms a step (predicted 7.2); every 400 us
+did nothing (9.3-9.8). Yielding whenever a link thread exists made
+one-device steps slower (rnnlm on one device 7.1-7.3 -> 7.5-8.1 ms: the
+worker then runs ahead of the replay of the next step, which then starts
+late); with pending communication as the condition, owt and data rows gain
+6-12% and one-device rows are unchanged. The host's input staging is not
+communication: counted, it kept a one-device rank of ``mpirun -n 4`` on 2
+cores yielding through every replay, 8-22% slower.
 
 Example: ops 1 (dev 0), 2 (dev 1, after 1), 3 (dev 0): the launch submits 1
 and 3 ready, in id order, to device 0; 2 waits. When 1 finishes, 2 enters
@@ -152,8 +152,8 @@ class Scheduler:
         self._yielded = time.perf_counter()  # when the launching thread last yielded
         #: the process's threads share one core (set by the runtime, affinity.one_core)
         self.one_core = False
-        #: submitted, unfinished ops of links and communicators (a cross-rank
-        #: copy, a collective): while there are any, the launching thread yields
+        #: submitted, unfinished copies between devices and collectives
+        #: (:func:`_talks`): while there are any, the launching thread yields
         self.talking = 0
         #: GPU runtimes: the streams and events of runtime/streams.py
         self.streams: Any = None
