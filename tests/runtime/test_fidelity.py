@@ -1123,16 +1123,22 @@ def _spin(seconds):
         pass
 
 
-def test_kernel_timing_in_a_step_keeps_each_kernel_s_median_batch():
+def test_kernel_timing_in_a_step_keeps_each_kernel_s_median_batch(monkeypatch):
     """``time_in_step`` times the step's kernels in batches apart in time and
     keeps each kernel's median batch: a batch that fell whole into a slow
     spell of the host (here: the first, 10x slower) does not set it, and
     neither does the luckiest one (the least batch read alexnet's step
-    kernels 4-7% under their typical time, and its row was predicted low)."""
+    kernels 4-7% under their typical time, and its row was predicted low).
+    The speed reference reads the same throughout (its scaling is the next
+    test's): read for real, a busy moment of the host scaled the batches."""
     from types import SimpleNamespace
 
+    from legionpy.optimizer import calibration
     from legionpy.optimizer.calibration import time_in_step
     from legionpy.optimizer.kernel_timing import required_tiles
+
+    monkeypatch.setattr(calibration, "_SPEEDS", [])
+    monkeypatch.setattr(calibration, "speed_reference", lambda: 1e-3)
 
     g = lp.models.lenet(batch_size=8, scale="small").graph
     machine = Machine.local(1)
