@@ -65,6 +65,17 @@ ERR_TAG, REQ_TAG = 1, 2
 #: polls then cost a few percent of its core.
 WAIT_SPIN_S = 1e-4
 WAIT_NAP_MAX_S = 5e-5
+#: a patient wait (a small copy's, on a rank whose threads share one core)
+#: sleeps up to this long at a time while every device worker of the rank is
+#: busy, woken at once when one runs out of work: its data is not needed
+#: before then, and each poll took the busy worker's core
+#: (runtime/scheduler.py ``DeviceIdle``). Not a collective's: the other
+#: ranks' parts of it complete only at this rank's polls (patient
+#: collectives made data-parallel steps 4-10% slower, 27 Nov)
+WAIT_PATIENT_NAP_S = 1e-3
+#: the largest message a wait is patient for: MPICH moves a larger one in
+#: pieces, each at a poll of the receiver, so it keeps being polled for
+PATIENT_MAX_BYTES = 1 << 16
 #: the watchdog thread's pause between polls for errors and future requests
 WATCH_NAP_S = 2e-3
 REPLY_BASE = 1000
@@ -185,6 +196,9 @@ class Cluster:
         self.sched_ref: Callable[[], Any] = lambda: None
         self.next_id: Callable[[], int] = lambda: 0
         self.generation = 0  # runtimes bound so far: the same count on every rank
+        #: set while a device worker of this rank's runtime is idle, on a rank
+        #: whose threads share one core (else None): patient waits sleep on it
+        self.device_idle: threading.Event | None = None
         self.owned: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self.epochs: list[dict[int, Any]] = [{}, {}]
         self._requests: list[tuple[int, int, int, list[int]]] = []
@@ -242,21 +256,28 @@ class Cluster:
             raise TaskError(self.failure)
 
     def wait(self, reqs: list, what: Callable[[], str], timeout: float | None = None,
-             test: Callable[[], bool] | None = None, nap_max: float = WAIT_NAP_MAX_S) -> None:
+             test: Callable[[], bool] | None = None, nap_max: float = WAIT_NAP_MAX_S,
+             patient: bool = False) -> None:
         """Complete every request in ``reqs`` (or, given ``test``, until
         ``test()`` is true: work that is not an MPI request, e.g. NCCL's);
         spin :data:`WAIT_SPIN_S`, then sleep with a growing interval, at most
         ``nap_max``; TaskError after ``timeout``
-        (LEGIONPY_MPI_TIMEOUT) s or when another rank failed."""
+        (LEGIONPY_MPI_TIMEOUT) s or when another rank failed. ``patient``
+        (a copy's wait for at most :data:`PATIENT_MAX_BYTES`)
+        on a rank with :attr:`device_idle`: while every device worker is busy,
+        no spin, and sleep until one is idle (at most
+        :data:`WAIT_PATIENT_NAP_S` at a time)."""
         testall = self.MPI.Request.Testall
         done = test or (lambda: testall(reqs))
         if done():
             return
+        idle = self.device_idle if patient else None
         t0 = time.perf_counter()
-        while time.perf_counter() - t0 < WAIT_SPIN_S:  # spin, yielding the GIL
-            if done():
-                return
-            time.sleep(0)
+        if idle is None or idle.is_set():
+            while time.perf_counter() - t0 < WAIT_SPIN_S:  # spin, yielding the GIL
+                if done():
+                    return
+                time.sleep(0)
         limit = self.timeout if timeout is None else timeout
         nap = 1e-5
         while not done():
@@ -272,6 +293,10 @@ class Cluster:
                                 "probably run different programs (different launches or "
                                 "fences), or a rank is stuck (LEGIONPY_MPI_TIMEOUT sets the "
                                 "limit)")
+            if idle is not None and not idle.is_set():
+                idle.wait(WAIT_PATIENT_NAP_S)  # until a device runs out of work
+                nap = 1e-5
+                continue
             time.sleep(nap)
             nap = min(nap * 2, nap_max)
 

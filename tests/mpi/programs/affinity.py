@@ -42,5 +42,8 @@ else:
                        for b in blocks[i + 1:]), blocks
         assert local_cores() == allowed  # the model still sees the node's cores
     print(f"OK rank {comm.rank} bound to {sorted(mine) if mine else None}", flush=True)
-assert lr.get_runtime().sched.one_core == (len(os.sched_getaffinity(0)) == 1)
+sched = lr.get_runtime().sched
+assert sched.one_core == (len(os.sched_getaffinity(0)) == 1)
+# and there small copies' waits sleep while the device is busy (Cluster.wait, patient)
+assert cl.device_idle is (sched.device_idle.event if sched.one_core else None)
 comm.Barrier()

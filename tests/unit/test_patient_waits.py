@@ -1,0 +1,140 @@
+"""On a process whose threads share one core, a small copy's wait between
+ranks sleeps while every device worker is busy and polls again as soon as
+one runs out of work (runtime/scheduler.py ``DeviceIdle``, runtime/mpi.py
+``Cluster.wait``, ``patient``): its data is not needed before then, and
+each poll took the busy worker's core."""
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+import legionpy.runtime.mpi as M
+import legionpy.runtime.scheduler as S
+
+
+@pytest.fixture
+def sched():
+    s = S.Scheduler()
+    s.executor = S.ThreadExecutor(s)
+    s.one_core = True
+    yield s
+    s.executor.close()
+
+
+def _until(cond, seconds: float = 5.0) -> bool:
+    t0 = time.perf_counter()
+    while not cond():
+        if time.perf_counter() - t0 > seconds:
+            return False
+        time.sleep(1e-3)
+    return True
+
+
+def test_a_device_worker_says_when_it_has_nothing_to_run(sched):
+    idle = sched.device_idle.event
+    assert not idle.is_set()  # no device worker yet: busy
+    gate, running = threading.Event(), threading.Event()
+    sched.submit(S.Op(1, "compute", "busy", 0, lambda op: (running.set(), gate.wait(10))), [])
+    assert running.wait(5)
+    assert not idle.is_set()  # its only device runs a task
+    gate.set()
+    sched.wait(None, timeout=10)
+    assert _until(idle.is_set)  # and now waits on an empty queue
+    gate2 = threading.Event()
+    sched.submit(S.Op(2, "compute", "again", 0, lambda op: gate2.wait(10)), [])
+    assert _until(lambda: not idle.is_set())
+    gate2.set()
+    sched.wait(None, timeout=10)
+    assert _until(idle.is_set)
+
+
+def test_two_devices_one_idle_counts_as_idle(sched):
+    idle = sched.device_idle.event
+    gate = threading.Event()
+    sched.submit(S.Op(1, "compute", "short", 0, lambda op: None), [])
+    sched.submit(S.Op(2, "compute", "long", 1, lambda op: gate.wait(10)), [])
+    assert _until(idle.is_set)  # device 0 is done while device 1 still runs
+    gate.set()
+    sched.wait(None, timeout=10)
+
+
+def test_links_and_several_cores_keep_no_count():
+    s = S.Scheduler()
+    s.executor = S.ThreadExecutor(s)
+    try:
+        s.submit(S.Op(1, "compute", "t", 0, lambda op: None), [])
+        s.wait(None, timeout=10)
+        time.sleep(0.02)
+        assert not s.device_idle.event.is_set()  # several cores: not kept
+        s.one_core = True
+        s.submit(S.Op(2, "copy", "c", (0, 1), lambda op: None), [])
+        s.wait(None, timeout=10)
+        time.sleep(0.02)
+        assert not s.device_idle.event.is_set()  # a link's worker is no device
+    finally:
+        s.executor.close()
+
+
+def _cluster(idle):
+    """What Cluster.wait reads of its cluster, without MPI."""
+    mpi = SimpleNamespace(Request=SimpleNamespace(Testall=None))
+    return SimpleNamespace(MPI=mpi, failure=None, timeout=30.0, device_idle=idle)
+
+
+def _polls(idle, patient: bool, busy_s: float) -> tuple[int, float]:
+    """Polls of a wait whose data arrives at once but whose device is busy
+    for ``busy_s`` (the test turns true only once the device is idle), and
+    how long after the device went idle the wait returned."""
+    polls, went_idle = [0], [0.0]
+
+    def test() -> bool:
+        polls[0] += 1
+        return idle.is_set()
+
+    def finish() -> None:
+        time.sleep(busy_s)
+        went_idle[0] = time.perf_counter()
+        idle.set()
+
+    t = threading.Thread(target=finish)
+    t.start()
+    M.Cluster.wait(_cluster(idle), [], lambda: "test", test=test, patient=patient)
+    done = time.perf_counter()
+    t.join()
+    return polls[0], done - went_idle[0]
+
+
+def test_a_patient_wait_sleeps_while_the_devices_are_busy():
+    patient, late = _polls(threading.Event(), True, 0.05)
+    eager, _ = _polls(threading.Event(), False, 0.05)
+    # 50 ms busy: a poll per WAIT_PATIENT_NAP_S at most, and it returns as the
+    # device goes idle (the event wakes it), not a nap later
+    assert patient <= 0.05 / M.WAIT_PATIENT_NAP_S + 10
+    assert eager > 2 * patient
+    assert late < 0.5
+
+
+def test_a_patient_wait_polls_as_usual_once_a_device_is_idle():
+    idle = threading.Event()
+    idle.set()
+    calls = [0]
+
+    def test() -> bool:
+        calls[0] += 1
+        return calls[0] > 20
+
+    M.Cluster.wait(_cluster(idle), [], lambda: "test", test=test, patient=True)
+    assert calls[0] == 21
+
+
+def test_without_the_event_patience_changes_nothing():
+    calls = [0]
+
+    def test() -> bool:
+        calls[0] += 1
+        return calls[0] > 5
+
+    M.Cluster.wait(_cluster(None), [], lambda: "test", test=test, patient=True)
+    assert calls[0] == 6
