@@ -53,7 +53,7 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   interpreter lock's hold of a kernel
   (:func:`~legionpy.probe.overhead.measure_lock_hold`), the cores and the
   control threads; :func:`runtime_overhead` caches the result
-  per machine in ``$LEGIONPY_CACHE/overhead-v19-MACHINE[-bound].json``.
+  per machine in ``$LEGIONPY_CACHE/overhead-v20-MACHINE[-bound].json``.
 * **a calibration taken under load is redone when the machine is quiet.**
   Every row measures the cores other programs kept busy meanwhile; when
   their median is over :data:`LOADED_CORES` the calibration is *loaded*
@@ -430,6 +430,9 @@ WAKE_GRID = (0.0, 1e-5, 2e-5, 3e-5, 4e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4
 WORKER_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2)
 #: the seconds of a kernel that hold the lock tried by :func:`fit_lock_terms`
 #: (besides the probe's figure; 1 s: every kernel whole)
+#: ``hop_s``: a copy between ranks' wait besides its transfer (no core, no lock)
+HOP_GRID = (0.0, 2.5e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4)
+
 GIL_GRID = (1e-5, 2e-5, 3e-5, 4e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4, 5e-4, 1e-3, 1.0)
 
 
@@ -441,7 +444,9 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
     probe's figure; the wide synthetic models identify it), the hand-over
     cost ``gil_switch`` (:data:`SWITCH_GRID`), the worker's wake-up
     ``wake_s`` (:data:`WAKE_GRID`), ``copy_s`` (:data:`COPY_GRID`; kept as
-    given with ``fit_copy`` False: measured) and a
+    given with ``fit_copy`` False: measured), with ranks and copies
+    ``hop_s`` (:data:`HOP_GRID`: how long a copy between ranks waits without
+    a core, apart from ``copy_s``, its threads' work) and a
     factor on the regressed worker terms (:data:`WORKER_GRID`: their
     dependent variable, the devices' measured busy time less the kernels,
     also holds time a task lost to the other threads). The loss is the
@@ -449,7 +454,7 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
     busy time (each row at its measured background load): for every
     ``gil_kernel_s``, coordinate descent over the others (``rounds``
     sweeps); the best. Returns ``{"gil_kernel_s", "gil_switch", "wake_s",
-    "copy_s", "task_s", "req_task_s", "back_task_s", "loss"}``. Takes
+    "copy_s", "hop_s", "task_s", "req_task_s", "back_task_s", "loss"}``. Takes
     10-20 s on 20 rows."""
     from dataclasses import replace
 
@@ -459,15 +464,17 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
     for r, (tg, graph) in zip(rows, graphs):
         sims.append((r, tg, graph))
     cur = {"gil_switch": ovh.gil_switch, "copy_s": ovh.copy_s, "worker": 1.0,
-           "wake_s": ovh.wake_s, "gil_kernel_s": ovh.gil_kernel_s}
+           "wake_s": ovh.wake_s, "gil_kernel_s": ovh.gil_kernel_s, "hop_s": ovh.hop_s}
     memo: dict[tuple, float] = {}
 
     def loss(c: dict) -> float:
-        k = (c["gil_switch"], c["copy_s"], c["worker"], c["wake_s"], c["gil_kernel_s"])
+        k = (c["gil_switch"], c["copy_s"], c["worker"], c["wake_s"], c["gil_kernel_s"],
+             c["hop_s"])
         if k in memo:
             return memo[k]
         o = replace(ovh, gil_switch=c["gil_switch"], copy_s=c["copy_s"], wake_s=c["wake_s"],
-                    gil_kernel_s=c["gil_kernel_s"], **_workers(ovh, c["worker"]))
+                    gil_kernel_s=c["gil_kernel_s"], hop_s=c["hop_s"],
+                    **_workers(ovh, c["worker"]))
         err = 0.0
         for r, tg, graph in sims:
             out = simulate_with_runtime(tg, o.under_load(r.get("background_cores")), graph,
@@ -488,6 +495,13 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
         cur["copy_s"] = 0.0
     elif not fit_copy:  # measured (measured_copy_cost): kept as it is
         grids["copy_s"] = (ovh.copy_s,)
+    if ovh.control_threads > 1 and any(r.get("copies", 0) > 0 for r in rows):
+        # copies between ranks: their wait besides the work, fitted first (the
+        # wake-ups and the workers' terms can stand in for it along a chain of
+        # copies, and the descent then stops short of it)
+        grids = {"hop_s": HOP_GRID, **grids}
+    else:
+        cur["hop_s"] = 0.0
     # every lock share of the kernels, each with coordinate descent over the
     # rest (the loss has local minima along gil_kernel_s)
     best = None
@@ -503,7 +517,7 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
             best = c
     cur = best
     return {"gil_switch": cur["gil_switch"], "copy_s": cur["copy_s"], "wake_s": cur["wake_s"],
-            "gil_kernel_s": cur["gil_kernel_s"],
+            "gil_kernel_s": cur["gil_kernel_s"], "hop_s": cur["hop_s"],
             **_workers(ovh, cur["worker"]), "loss": loss(cur)}
 
 
@@ -519,7 +533,7 @@ def _workers(ovh: RuntimeOverhead, factor: float) -> dict[str, float]:
 def _overhead_path(machine_name: str) -> str:
 
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", machine_name)
-    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v19-{safe}.json")
+    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v20-{safe}.json")
 
 
 #: median background cores over a calibration's rows above which it is
@@ -666,8 +680,8 @@ def drop_contended_costs() -> None:
 def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
                      verbose: bool = False) -> RuntimeOverhead:
     """The runtime's overhead on this machine, cached per machine name in
-    ``$LEGIONPY_CACHE/overhead-v19-NAME[-bound].json`` (``-bound``: the ranks
-    were bound to their cores, legionpy/affinity.py; ``overhead-v19-empty-NAME.json``
+    ``$LEGIONPY_CACHE/overhead-v20-NAME[-bound].json`` (``-bound``: the ranks
+    were bound to their cores, legionpy/affinity.py; ``overhead-v20-empty-NAME.json``
     for ``source="empty"``); collective under MPI. ``source``: ``"layer"``
     (default, :func:`calibrated_overhead`) or ``"empty"``
     (:func:`measure_runtime_overhead`, empty tasks, no CPU model)."""

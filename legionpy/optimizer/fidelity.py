@@ -49,7 +49,7 @@ stretched by the measured slowdown of a GEMM / a memory-bound stream run on
 every device at once (interpolated by arithmetic intensity), unless the
 cost model is ``"contended"`` (kernels profiled with the other devices
 busy). The figures are cached per machine in
-``$LEGIONPY_CACHE/overhead-v19-MACHINE[-bound].json``.
+``$LEGIONPY_CACHE/overhead-v20-MACHINE[-bound].json``.
 
 The interpreter lock and the cores are *processor-shared* (issue 26,
 :mod:`.sharing`): every device and link is a thread of its process (devices
@@ -153,13 +153,20 @@ class RuntimeOverhead:
     copy_launch_s: float = 0.0
     task_s: float = 0.0
     copy_s: float = 0.0
+    #: seconds a copy between two processes waits besides its transfer and
+    #: ``copy_s``, using neither a core nor the lock: the sending link
+    #: thread's wake-up and the receiving one's next poll (runtime/mpi.py
+    #: ``Cluster.wait``), which a ping-pong between blocked ranks never sees
+    #: (fitted under ``mpirun``: :func:`legionpy.measure.calibration.fit_lock_terms`)
+    hop_s: float = 0.0
     req_launch_s: float = 0.0
     req_task_s: float = 0.0
     #: worker seconds a backward task costs beyond ``task_s`` (its gradient
     #: reductions: buffers to fill and fold; regressed with the others)
     back_task_s: float = 0.0
     #: worker seconds an update task costs beyond ``task_s`` (folding the
-    #: weights' gradients in, the optimizer's Python; measured on one device)
+    #: weights' gradients in, the optimizer's Python; measured on one device);
+    #: not charged to an update after a reduce-scatter, which folded them
     update_task_s: float = 0.0
     #: worker seconds per gradient a backward task reduces (the runtime's
     #: reduction buffer and view, the fold's Python; measured on one device)
@@ -229,6 +236,7 @@ class RuntimeOverhead:
     @property
     def is_zero(self) -> bool:
         return not (self.launch_s or self.copy_launch_s or self.task_s or self.copy_s
+                    or self.hop_s
                     or self.req_launch_s or self.req_task_s or self.step_s or self.cores
                     or self.back_task_s or self.reduce_byte_s or self.update_task_s
                     or self.reduce_req_s or self.local_coll_s
@@ -509,9 +517,16 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     if overhead.reduce_byte_s or per_byte:
         kern = [k + b * per_byte.get(t["device"], overhead.reduce_byte_s)
                 for k, b, t in zip(kern, rbytes, tasks)]
+    # an update after a reduce-scatter has its gradient folded by the
+    # collective: update_task_s (measured on one device, where the update task
+    # folds the gradient buffers itself) is not its cost (traced 27 Nov: such
+    # updates took 13-160 us where it charged 100-400)
+    folded = [t["name"].startswith("U:")
+              and any(tasks[p]["kind"] == "collective" for p in preds[i])
+              for i, t in enumerate(tasks)]
     dur = [t["duration_s"] + overhead.copy_s if t["kind"] == "copy"
            else kern[i] + overhead.worker_s(reqs[i], t["name"].startswith("B:"),
-                                            t["name"].startswith("U:"))
+                                            t["name"].startswith("U:") and not folded[i])
            + rgrads[i] * overhead.reduce_req_s
            for i, t in enumerate(tasks)]
     proc = _processes(tasks, overhead.control_threads)
@@ -525,19 +540,24 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
             elif between:  # between ranks: the MPI transport
                 dur[i] = max(t["duration_s"],
                              overhead.coll_s + overhead.coll_byte_s * float(t.get("bytes", 0)))
+    # a copy between processes also waits for its threads to see it (hop_s)
+    hop = [overhead.hop_s if overhead.hop_s and t["kind"] == "copy" and _spanned(t, proc)
+           else 0.0 for t in tasks]
     # the interpreter lock and the cores, processor-shared (issue 26, optimizer/sharing.py)
     locks = overhead.gil_kernel_s is not None and overhead.cores > 0
     if locks:
         loss = _loss_tasks(tasks, graph) if pipelined else []
         end, starts, admit, ctl_end = _shared_schedule(tasks, succs, dur, kern, op_kern,
                                                        proc, issued, overhead, pipelined,
-                                                       clock, loss)
+                                                       clock, loss, hop)
         busy = {}  # wall seconds, stretched by the sharing (as a trace measures them)
         for i, t in enumerate(tasks):
             busy[t["device"]] = busy.get(t["device"], 0.0) + end[i] - starts[i]
-        wait = [max(0.0, end[i] - admit[i] - dur[i] - overhead.wake_s) for i in range(n)]
+        wait = [max(0.0, end[i] - admit[i] - dur[i] - hop[i] - overhead.wake_s)
+                for i in range(n)]
     else:
-        end, starts, busy, wait = _list_schedule(tasks, preds, succs, dur,
+        end, starts, busy, wait = _list_schedule(tasks, preds, succs,
+                                                 [d + h for d, h in zip(dur, hop)],
                                                  [0.0] * n if pipelined else list(issued))
         ctl_end = clock
     devices = {t["device"] for t in tasks if t["kind"] != "copy"}
@@ -595,7 +615,8 @@ def _list_schedule(tasks: list[dict], preds: list, succs: list, dur: list,
 def _shared_schedule(tasks: list[dict], succs: list, dur: list, kern: list,
                      op_kern: list, proc: dict[str, int], issued: list,
                      overhead: RuntimeOverhead, pipelined: bool,
-                     clock: float, loss: Sequence[int] = ()) -> tuple:
+                     clock: float, loss: Sequence[int] = (),
+                     hop: Sequence[float] | None = None) -> tuple:
     """:func:`~legionpy.optimizer.sharing.share_schedule` of the tasks (module
     doc): a task's Python work is its worker overhead and the first
     ``gil_kernel_s`` of its kernel (``kern``: its op's, and a backward's
@@ -605,7 +626,9 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, kern: list,
     launches step i+1, then waits for step i's loss, then launches step i+2,
     so in the steady state the launch runs while the devices start the
     backward pass (where the small tasks of the last layers need the lock
-    it holds), not beside the forward pass's large kernels. Returns (end,
+    it holds), not beside the forward pass's large kernels. ``hop``: the
+    seconds each task waits once it has its thread, using neither a core nor
+    the lock (a copy between processes: ``hop_s``). Returns (end,
     start, admission, the control threads' longest stretch of work)."""
     from .sharing import share_schedule
 
@@ -645,7 +668,7 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, kern: list,
                        control=[clock] * ranks, weight=weight, wake=overhead.wake_s,
                        fair=overhead.gil_order == "fair", spread=spread,
                        core_groups=_core_groups(overhead) if overhead.bound else None,
-                       control_after=loss)
+                       control_after=loss, delay=hop)
     return r["end"], r["start"], r["admit"], max(
         (e - s for e, s in zip(r["control_end"], r["control_start"])), default=0.0)
 

@@ -202,7 +202,8 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
                    wake: float = 0.0, fair: bool = True,
                    spread: Sequence[tuple[int, ...]] | None = None,
                    core_groups: dict[int, tuple[int, float]] | None = None,
-                   control_after: Sequence[int] = ()) -> dict:
+                   control_after: Sequence[int] = (),
+                   delay: Sequence[float] | None = None) -> dict:
     """Schedule tasks on FIFO resources under processor sharing (module doc).
 
     ``res[i]``: task i's resource (a thread), ``proc[i]``: its process,
@@ -225,9 +226,12 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
     a task's thread waits on the transfer and gives the lock up whenever
     another wants it (``yields``, :func:`share_rates`). ``core_groups``: the
     processes' cores when each is bound to its own (:func:`share_rates`).
-    Returns ``{"start", "end"}`` per task (``start``: when its work begins
-    -- after any wake-up, and once it gets a share of its lock), ``"admit"``
-    (when it got its resource), and ``"control_start"`` and
+    ``delay[i]``: seconds task i waits once it has its resource (after any
+    wake-up), using neither a core nor the lock (a copy between processes:
+    the other side's thread seeing it). Returns ``{"start", "end"}`` per
+    task (``start``: when its work begins -- after any wake-up, and once it
+    gets a share of its lock), ``"admit"`` (when it got its resource), and
+    ``"control_start"`` and
     ``"control_end"`` per process.
     """
     n = len(res)
@@ -260,8 +264,8 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
         return [work[i], proc[i], python[i], i, 1.0 if weight is None else weight[i],
                 bool(span), span]
 
-    def wake_entry(i: int) -> list:  # a thread waking up for task i: no core, no lock
-        return [wake, proc[i], 0.0, i, 0.0, True, ()]
+    def wake_entry(i: int, seconds: float) -> list:  # waking up for task i: no core, no lock
+        return [seconds, proc[i], 0.0, i, 0.0, True, ()]
 
     def start_control() -> None:
         for p, c in enumerate(control):
@@ -291,9 +295,11 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
                 if idle:
                     events += 1
                     senior[name] = events
-                if wake > 0 and idle:
-                    # the thread slept on its empty queue: it wakes first
-                    running[name] = wake_entry(i)
+                # the thread slept on its empty queue: it wakes first; a
+                # delayed task waits besides
+                pause = (wake if idle else 0.0) + (delay[i] if delay is not None else 0.0)
+                if pause > 0:
+                    running[name] = wake_entry(i, pause)
                     waking.add(name)
                 else:
                     running[name] = task_entry(i)
@@ -315,7 +321,7 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
                     if wake > 0 and i >= 0:
                         # the lock passes to a worker asleep on it: it wakes first
                         stash[k] = running[k]
-                        running[k] = wake_entry(i)
+                        running[k] = wake_entry(i, wake)
                         waking.add(k)
                         dirty = True
                         continue

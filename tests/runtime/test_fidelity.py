@@ -275,6 +275,49 @@ def test_two_ranks_with_a_collective_run_their_devices_in_parallel_by_hand():
     assert one["iteration_time_s"] == pytest.approx(2.1)
 
 
+def test_a_copy_between_ranks_waits_hop_s_without_a_core_by_hand():
+    # rank 0's task, its output copied to rank 1, rank 1's task on it; rank
+    # 1 also runs an independent all-Python task of 2 s. The copy waits
+    # hop_s (0.5 s: its threads seeing it) besides its 0.1 s: the chain ends
+    # 0.5 s later, and the independent task, which needs rank 1's core and
+    # lock, is not slowed by the wait
+    tg = hand_tg([("F:x[0]", "compute", "cpu0", 1.0), ("X:x", "copy", "cpu0->cpu1", 0.1),
+                  ("F:y[1]", "compute", "cpu1", 1.0), ("F:z[1]", "compute", "cpu1", 2.0)],
+                 [[0, 1], [1, 2]])
+    ovh = RuntimeOverhead(cores=2, control_threads=2, gil_kernel_s=0.0, bound=True)
+    base = simulate_with_runtime(tg, ovh, None, pipelined=True)
+    hop = simulate_with_runtime(tg, replace(ovh, hop_s=0.5), None, pipelined=True)
+    assert hop["task_end_s"][1] == pytest.approx(base["task_end_s"][1] + 0.5)
+    assert hop["task_end_s"][3] == pytest.approx(base["task_end_s"][3])
+    assert hop["lock_wait_s"] == pytest.approx(base["lock_wait_s"])
+    # the plain list schedule (no lock model) adds it too
+    plain = replace(ovh, gil_kernel_s=None)
+    assert simulate_with_runtime(tg, replace(plain, hop_s=0.5), None, pipelined=True)[
+        "task_end_s"][1] == pytest.approx(simulate_with_runtime(
+            tg, plain, None, pipelined=True)["task_end_s"][1] + 0.5)
+    # a copy inside one process is no hop between ranks
+    one = replace(ovh, control_threads=1, bound=False)
+    assert simulate_with_runtime(tg, replace(one, hop_s=0.5), None, pipelined=True)[
+        "iteration_time_s"] == pytest.approx(simulate_with_runtime(
+            tg, one, None, pipelined=True)["iteration_time_s"])
+
+
+def test_an_update_after_a_reduce_scatter_does_not_fold_the_gradients_again_by_hand():
+    # update_task_s is the gradient folding of an update on one device: an
+    # update whose bucket a collective reduced (data parallelism) is charged
+    # task_s alone, one without a collective before it both
+    ovh = RuntimeOverhead(task_s=0.01, update_task_s=0.3)
+    alone = hand_tg([("B:x[0]", "compute", "cpu0", 1.0), ("U:b0.0[0]", "update", "cpu0", 0.5)],
+                    [[0, 1]])
+    synced = hand_tg([("B:x[0]", "compute", "cpu0", 1.0),
+                      ("RS:b0.0", "collective", "comm:0-1", 0.2, 8),
+                      ("U:b0.0[0]", "update", "cpu0", 0.5)], [[0, 1], [1, 2]])
+    a = simulate_with_runtime(alone, ovh, None, pipelined=True)
+    b = simulate_with_runtime(synced, ovh, None, pipelined=True)
+    assert a["iteration_time_s"] == pytest.approx(1.01 + 0.51 + 0.3)
+    assert b["iteration_time_s"] == pytest.approx(1.01 + 0.21 + 0.51)
+
+
 def test_bound_ranks_share_only_their_own_cores_by_hand():
     # rank 0: a 1 s kernel (no Python) beside its control thread's 1 s of
     # Python; rank 1: its control thread only. Unbound, the three busy threads
@@ -1038,6 +1081,38 @@ def test_copy_cost_fit_recovers_a_known_per_copy_cost():
     assert 3e-4 in COPY_GRID and all(r["copies"] > 0 for r in rows)
     assert fit_copy_cost(ovh, rows, graphs) == 3e-4
     assert fit_copy_cost(ovh, [dict(r, copies=0) for r in rows], graphs) == 0.0
+
+
+def test_lock_fit_recovers_a_known_hop_between_ranks():
+    """Rows a two-rank machine model made with hop_s = 100 us (copy_s 20
+    us, kept as measured): the lock fit takes 100 us back from its grid;
+    with one rank there is no hop to fit. (In a chain of copies a hop and
+    copy_s cost the same time; they differ where copies overlap work, which
+    copy_s slows and a hop does not.)"""
+    from legionpy.measure.calibration import HOP_GRID, _mlp, fit_lock_terms
+    from legionpy.optimizer.costmodel import AnalyticCostModel
+
+    machine = Machine.parse("local:2")
+    ovh = RuntimeOverhead(launch_s=1e-5, task_s=2e-5, cores=2, control_threads=2, bound=True,
+                          gil_kernel_s=1e-5, copy_s=2e-5)
+    rows, graphs = [], []
+    for depth, make in [(d, m) for d in (2, 4) for m in (Strategy.model_parallel,
+                                                            Strategy.data_parallel)]:
+        g = _mlp(depth).graph
+        sim = Simulator(g, machine, AnalyticCostModel())
+        sim.run(make(g, machine))
+        tg = sim.tg.to_json()
+        copies = sum(t["kind"] == "copy" for t in tg["tasks"])
+        truth = simulate_with_runtime(tg, replace(ovh, hop_s=1e-4), g, pipelined=True)
+        rows.append({"copies": copies, "period_s": truth["iteration_time_s"],
+                     "busy_s": sum(truth["per_device_busy_s"].values())})
+        graphs.append((tg, g))
+    assert 1e-4 in HOP_GRID and any(r["copies"] > 0 for r in rows)
+    fit = fit_lock_terms(ovh, rows, graphs, rounds=2, fit_copy=False)
+    assert fit["hop_s"] == 1e-4 and fit["copy_s"] == 2e-5
+    one = fit_lock_terms(replace(ovh, control_threads=1, bound=False), rows, graphs,
+                         fit_copy=False)
+    assert one["hop_s"] == 0.0
 
 
 def _cached_calibration(cache, background: list[float]) -> str:
