@@ -116,9 +116,14 @@ def test_a_patient_wait_sleeps_while_the_devices_are_busy():
     assert late < 0.5
 
 
-def test_a_patient_wait_polls_as_usual_once_a_device_is_idle():
+def _idle_event() -> threading.Event:
     idle = threading.Event()
     idle.set()
+    return idle
+
+
+@pytest.mark.parametrize("idle", [_idle_event(), None], ids=["a device idle", "no event"])
+def test_a_patient_wait_polls_as_usual_when_a_device_is_idle_or_none_is_tracked(idle):
     calls = [0]
 
     def test() -> bool:
@@ -127,14 +132,3 @@ def test_a_patient_wait_polls_as_usual_once_a_device_is_idle():
 
     M.Cluster.wait(_cluster(idle), [], lambda: "test", test=test, patient=True)
     assert calls[0] == 21
-
-
-def test_without_the_event_patience_changes_nothing():
-    calls = [0]
-
-    def test() -> bool:
-        calls[0] += 1
-        return calls[0] > 5
-
-    M.Cluster.wait(_cluster(None), [], lambda: "test", test=test, patient=True)
-    assert calls[0] == 6
