@@ -60,10 +60,13 @@ class StopFlag:
             return self.requested
         import numpy as np
 
+        from .runtime.mpi import WAIT_BOUNDARY_NAP_S
+
         c, comm = self._mpi
         result = False
         if self._req is not None:
-            c.wait([self._req], lambda: "the other ranks at a step boundary (Ctrl-C agreement)")
+            c.wait([self._req], lambda: "the other ranks at a step boundary (Ctrl-C agreement)",
+                   nap_max=WAIT_BOUNDARY_NAP_S)
             result = bool(self._bufs[1][0])
         self._bufs = (np.array([int(self.requested)], np.int32), np.zeros(1, np.int32))
         self._req = comm.Iallreduce(self._bufs[0], self._bufs[1], op=c.MPI.MAX)

@@ -76,6 +76,12 @@ WAIT_PATIENT_NAP_S = 1e-3
 #: the largest message a wait is patient for: MPICH moves a larger one in
 #: pieces, each at a poll of the receiver, so it keeps being polled for
 PATIENT_MAX_BYTES = 1 << 16
+#: the longest nap of a wait at a step boundary (``fit``'s Ctrl-C agreement):
+#: a rank with nothing to run (a strategy on another rank's device) waits
+#: there a whole step, and napping at most 50 us cost its core ~2 ms a step
+#: (alexnet single, ``mpirun -n 2``), a core it may share with a rank that
+#: computes; the launches run a step ahead, so a late wake-up costs nothing
+WAIT_BOUNDARY_NAP_S = 1e-3
 #: the watchdog thread's pause between polls for errors and future requests
 WATCH_NAP_S = 2e-3
 REPLY_BASE = 1000

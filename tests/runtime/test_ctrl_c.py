@@ -86,3 +86,33 @@ def test_search_ctrl_c_writes_the_best_so_far_and_exits_130(tmp_path):
     saved = json.loads(out.read_text())
     assert saved["model"] == "lenet" and saved["ops"]
     assert [p for p in os.listdir(tmp_path) if p.startswith(".tmp")] == []
+
+
+def test_the_step_boundary_agreement_naps_up_to_a_millisecond():
+    """Under MPI every rank agrees on Ctrl-C at each step boundary; a rank
+    with nothing to run waits there a whole step, so its wait naps up to
+    WAIT_BOUNDARY_NAP_S instead of polling every 50 us (which took ~2 ms of
+    CPU a step from a core it may share with a rank that computes)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from legionpy.interrupt import StopFlag
+    from legionpy.runtime.mpi import WAIT_BOUNDARY_NAP_S, WAIT_NAP_MAX_S
+
+    waits = []
+
+    def iallreduce(send, recv, op=None):
+        recv[...] = np.maximum(recv, send)
+        return "req"
+
+    cl = SimpleNamespace(wait=lambda reqs, what, **kw: waits.append((reqs, kw)),
+                         MPI=SimpleNamespace(MAX="max"))
+    flag = StopFlag()
+    flag._mpi = (cl, SimpleNamespace(Iallreduce=iallreduce))
+    assert flag.agreed() is False and waits == []  # nothing posted before the first
+    flag.requested = True
+    assert flag.agreed() is False  # the previous boundary's answer: nobody asked
+    assert flag.agreed() is True
+    assert waits == [(["req"], {"nap_max": WAIT_BOUNDARY_NAP_S})] * 2
+    assert WAIT_BOUNDARY_NAP_S > 10 * WAIT_NAP_MAX_S
