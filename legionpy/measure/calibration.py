@@ -428,11 +428,10 @@ SWITCH_GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0)
 WAKE_GRID = (0.0, 1e-5, 2e-5, 3e-5, 4e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4)
 #: the fractions of the regressed worker terms tried by :func:`fit_lock_terms`
 WORKER_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2)
-#: the seconds of a kernel that hold the lock tried by :func:`fit_lock_terms`
-#: (besides the probe's figure; 1 s: every kernel whole)
 #: ``hop_s``: a copy between ranks' wait besides its transfer (no core, no lock)
 HOP_GRID = (0.0, 2.5e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4)
-
+#: the seconds of a kernel that hold the lock tried by :func:`fit_lock_terms`
+#: (besides the probe's figure; 1 s: every kernel whole)
 GIL_GRID = (1e-5, 2e-5, 3e-5, 4e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4, 5e-4, 1e-3, 1.0)
 
 
