@@ -21,7 +21,20 @@ seen: list = []
 t = threading.Thread(target=lambda: seen.append(os.sched_getaffinity(0)))
 t.start()
 t.join()
-threads = {int(x): os.sched_getaffinity(int(x)) for x in os.listdir("/proc/self/task")}
+
+def _affinities() -> dict:
+    """Each live thread's cores (one that ends between the listing and the
+    read is skipped: the runtime's and MPI's helper threads come and go)."""
+    out = {}
+    for x in os.listdir("/proc/self/task"):
+        try:
+            out[int(x)] = os.sched_getaffinity(int(x))
+        except ProcessLookupError:
+            pass
+    return out
+
+
+threads = _affinities()
 if os.environ.get("LEGIONPY_BIND") == "0":
     assert binding() is None and cl.cores is None
     print(f"OK rank {comm.rank} not bound", flush=True)
