@@ -95,8 +95,6 @@ class Runtime:
         elif kind == "threads":
             self.sched.executor = ThreadExecutor(self.sched)
             self.sched.one_core = one_core()  # its threads share it: yield it now and then
-            if cl is not None:  # and poll for small messages only when a device is idle
-                cl.device_idle = self.sched.device_idle.event if self.sched.one_core else None
             limit_blas(1)
         else:
             raise ValueError(f"executor must be 'threads' or 'serial', got {kind!r}")
@@ -856,8 +854,6 @@ class Runtime:
             for req in self.repl.persistent:
                 req.Free()
             self.repl.persistent.clear()
-            if self.repl.cl.device_idle is self.sched.device_idle.event:
-                self.repl.cl.device_idle = None  # the next runtime's workers keep their own
         if self.executor == "threads":
             limit_blas(None)
 

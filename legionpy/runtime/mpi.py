@@ -65,7 +65,8 @@ ERR_TAG, REQ_TAG = 1, 2
 #: polls then cost a few percent of its core.
 WAIT_SPIN_S = 1e-4
 WAIT_NAP_MAX_S = 5e-5
-#: a patient wait (a small copy's, on a rank whose threads share one core)
+#: a patient wait (a small copy's, on a rank whose threads share one core:
+#: :meth:`Cluster.wait`'s ``copy_bytes``)
 #: sleeps up to this long at a time while every device worker of the rank is
 #: busy, woken at once when one runs out of work: its data is not needed
 #: before then, and each poll took the busy worker's core
@@ -202,9 +203,6 @@ class Cluster:
         self.sched_ref: Callable[[], Any] = lambda: None
         self.next_id: Callable[[], int] = lambda: 0
         self.generation = 0  # runtimes bound so far: the same count on every rank
-        #: set while a device worker of this rank's runtime is idle, on a rank
-        #: whose threads share one core (else None): patient waits sleep on it
-        self.device_idle: threading.Event | None = None
         self.owned: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self.epochs: list[dict[int, Any]] = [{}, {}]
         self._requests: list[tuple[int, int, int, list[int]]] = []
@@ -263,21 +261,23 @@ class Cluster:
 
     def wait(self, reqs: list, what: Callable[[], str], timeout: float | None = None,
              test: Callable[[], bool] | None = None, nap_max: float = WAIT_NAP_MAX_S,
-             patient: bool = False) -> None:
+             copy_bytes: int | None = None) -> None:
         """Complete every request in ``reqs`` (or, given ``test``, until
         ``test()`` is true: work that is not an MPI request, e.g. NCCL's);
         spin :data:`WAIT_SPIN_S`, then sleep with a growing interval, at most
         ``nap_max``; TaskError after ``timeout``
-        (LEGIONPY_MPI_TIMEOUT) s or when another rank failed. ``patient``
-        (a copy's wait for at most :data:`PATIENT_MAX_BYTES`)
-        on a rank with :attr:`device_idle`: while every device worker is busy,
-        no spin, and sleep until one is idle (at most
-        :data:`WAIT_PATIENT_NAP_S` at a time)."""
+        (LEGIONPY_MPI_TIMEOUT) s or when another rank failed. A copy's wait
+        (``copy_bytes``, the message's size) of at most
+        :data:`PATIENT_MAX_BYTES` is patient on a rank whose threads share one
+        core (the bound scheduler's ``one_core``): while every device worker is
+        busy, no spin, and sleep until one is idle (its ``device_idle``, at
+        most :data:`WAIT_PATIENT_NAP_S` at a time)."""
         testall = self.MPI.Request.Testall
         done = test or (lambda: testall(reqs))
         if done():
             return
-        idle = self.device_idle if patient else None
+        idle = self._device_idle() if copy_bytes is not None \
+            and copy_bytes <= PATIENT_MAX_BYTES else None
         t0 = time.perf_counter()
         if idle is None or idle.is_set():
             while time.perf_counter() - t0 < WAIT_SPIN_S:  # spin, yielding the GIL
@@ -305,6 +305,12 @@ class Cluster:
                 continue
             time.sleep(nap)
             nap = min(nap * 2, nap_max)
+
+    def _device_idle(self) -> threading.Event | None:
+        """The bound scheduler's device-idle event where its threads share one
+        core (runtime/scheduler.py ``DeviceIdle``), else None."""
+        sched = self.sched_ref()
+        return sched.device_idle.event if sched is not None and sched.one_core else None
 
     def others(self, comm: Any) -> list[int]:
         """The world ranks of ``comm``'s members other than this one."""

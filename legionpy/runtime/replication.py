@@ -54,7 +54,7 @@ import numpy as np
 
 from ..errors import RankMismatchError, TaskError
 from ..regions.coherence import HOST
-from .mpi import PATIENT_MAX_BYTES, Cluster
+from .mpi import Cluster
 from .scheduler import Op
 
 __all__ = ["Replicator", "rank_host"]
@@ -182,7 +182,7 @@ class Replicator:
             else:
                 self._stage(c, np.array(buf, copy=True))
         cl.wait(reqs, lambda: f"rank(s) {peers} to receive copy {c.id} of {root.name}.{field}",
-                patient=buf.nbytes <= PATIENT_MAX_BYTES)
+                copy_bytes=buf.nbytes)
         if c.buffer is not None:
             self.rt.instances.consumed(c.buffer)
 
@@ -205,7 +205,7 @@ class Replicator:
             buf = np.empty(c.volume, dtype)
             req = cl.data.Irecv(buf, source=peer, tag=cl.tag(c.id))
             cl.wait([req], lambda: f"copy {c.id} of {root.name}.{field} from rank {peer}",
-                    patient=buf.nbytes <= PATIENT_MAX_BYTES)
+                    copy_bytes=buf.nbytes)
             if c.buffer is not None:
                 return self._stage(c, buf)
             off = 0
@@ -228,7 +228,7 @@ class Replicator:
         buf = dst if direct else np.empty(c.rect.shape, dtype)
         req = cl.data.Irecv(buf, source=peer, tag=cl.tag(c.id))
         cl.wait([req], lambda: f"copy {c.id} of {root.name}.{field} {c.rect} from rank {peer}",
-                patient=buf.nbytes <= PATIENT_MAX_BYTES)
+                copy_bytes=buf.nbytes)
         if c.buffer is not None:
             self._stage(c, buf)
         elif not direct:
@@ -363,13 +363,13 @@ class _Transfer:
         what = f"copy {c.id} of {self.root.name}.{self.field} ({self.role}, persistent)"
 
         gen = inst.generation
-        patient = view.nbytes <= PATIENT_MAX_BYTES
+        nbytes = view.nbytes
 
         def run(op: Op, _req: Any = req, _view: Any = view) -> None:
             if inst.generation != gen:  # an instance was re-made (grown): not the bound array
                 return self(op)
             _req.Start()
-            cl.wait([_req], lambda: what, patient=patient)
+            cl.wait([_req], lambda: what, copy_bytes=nbytes)
         return run
 
 

@@ -61,7 +61,7 @@ cores yielding through every replay, 8-22% slower.
 
 On such a process the device workers also say when one of them has nothing
 to run (:class:`DeviceIdle`): a small message from another rank is only
-worth polling for then (runtime/mpi.py ``Cluster.wait``, ``patient``).
+worth polling for then (runtime/mpi.py ``Cluster.wait``, ``copy_bytes``).
 While every device is busy, a link thread waiting for one sleeps until a
 device is idle instead of waking every 50-125 us to poll, and each poll
 took the busy worker's core. Under ``mpirun -n 2`` (27 Nov, six rounds of

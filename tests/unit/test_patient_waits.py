@@ -1,7 +1,7 @@
 """On a process whose threads share one core, a small copy's wait between
 ranks sleeps while every device worker is busy and polls again as soon as
 one runs out of work (runtime/scheduler.py ``DeviceIdle``, runtime/mpi.py
-``Cluster.wait``, ``patient``): its data is not needed before then, and
+``Cluster.wait``, ``copy_bytes``): its data is not needed before then, and
 each poll took the busy worker's core."""
 
 import threading
@@ -77,13 +77,19 @@ def test_links_and_several_cores_keep_no_count():
         s.executor.close()
 
 
-def _cluster(idle):
-    """What Cluster.wait reads of its cluster, without MPI."""
+def _cluster(idle, one_core: bool = True):
+    """What Cluster.wait reads of its cluster, without MPI: the scheduler
+    it is bound to (its device-idle event, on a one-core process)."""
     mpi = SimpleNamespace(Request=SimpleNamespace(Testall=None))
-    return SimpleNamespace(MPI=mpi, failure=None, timeout=30.0, device_idle=idle)
+    sched = None if idle is None else SimpleNamespace(
+        one_core=one_core, device_idle=SimpleNamespace(event=idle))
+    cl = SimpleNamespace(MPI=mpi, failure=None, timeout=30.0, sched_ref=lambda: sched)
+    cl._device_idle = lambda: M.Cluster._device_idle(cl)
+    return cl
 
 
-def _polls(idle, patient: bool, busy_s: float) -> tuple[int, float]:
+def _polls(idle, copy_bytes: int | None, busy_s: float,
+           one_core: bool = True) -> tuple[int, float]:
     """Polls of a wait whose data arrives at once but whose device is busy
     for ``busy_s`` (the test turns true only once the device is idle), and
     how long after the device went idle the wait returned."""
@@ -100,20 +106,29 @@ def _polls(idle, patient: bool, busy_s: float) -> tuple[int, float]:
 
     t = threading.Thread(target=finish)
     t.start()
-    M.Cluster.wait(_cluster(idle), [], lambda: "test", test=test, patient=patient)
+    M.Cluster.wait(_cluster(idle, one_core), [], lambda: "test", test=test,
+                   copy_bytes=copy_bytes)
     done = time.perf_counter()
     t.join()
     return polls[0], done - went_idle[0]
 
 
 def test_a_patient_wait_sleeps_while_the_devices_are_busy():
-    patient, late = _polls(threading.Event(), True, 0.05)
-    eager, _ = _polls(threading.Event(), False, 0.05)
+    patient, late = _polls(threading.Event(), 8, 0.05)
+    eager, _ = _polls(threading.Event(), None, 0.05)
     # 50 ms busy: a poll per WAIT_PATIENT_NAP_S at most, and it returns as the
     # device goes idle (the event wakes it), not a nap later
     assert patient <= 0.05 / M.WAIT_PATIENT_NAP_S + 10
     assert eager > 2 * patient
     assert late < 0.5
+
+
+@pytest.mark.parametrize("copy_bytes,one_core", [(M.PATIENT_MAX_BYTES + 1, True), (8, False)],
+                         ids=["a large copy", "several cores"])
+def test_a_large_copy_or_a_rank_with_cores_to_spare_keeps_polling(copy_bytes, one_core):
+    patient, _ = _polls(threading.Event(), 8, 0.05)
+    eager, _ = _polls(threading.Event(), copy_bytes, 0.05, one_core)
+    assert eager > 2 * patient
 
 
 def _idle_event() -> threading.Event:
@@ -130,5 +145,5 @@ def test_a_patient_wait_polls_as_usual_when_a_device_is_idle_or_none_is_tracked(
         calls[0] += 1
         return calls[0] > 20
 
-    M.Cluster.wait(_cluster(idle), [], lambda: "test", test=test, patient=True)
+    M.Cluster.wait(_cluster(idle), [], lambda: "test", test=test, copy_bytes=8)
     assert calls[0] == 21

@@ -57,6 +57,7 @@ else:
     print(f"OK rank {comm.rank} bound to {sorted(mine) if mine else None}", flush=True)
 sched = lr.get_runtime().sched
 assert sched.one_core == (len(os.sched_getaffinity(0)) == 1)
-# and there small copies' waits sleep while the device is busy (Cluster.wait, patient)
-assert cl.device_idle is (sched.device_idle.event if sched.one_core else None)
+# and there small copies' waits sleep while the device is busy (Cluster.wait, copy_bytes)
+assert cl.sched_ref() is sched
+assert cl._device_idle() is (sched.device_idle.event if sched.one_core else None)
 comm.Barrier()
