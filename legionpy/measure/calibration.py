@@ -35,6 +35,14 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   us beyond their kernels. The regression stays when no row ran on one
   device, and with more ranks than cores (a one-device row's worker then
   has a core to itself while the other ranks idle).
+* **the workers between their tasks** (:func:`finish_terms`): a worker
+  finishes a task, releases its successors and takes the next one in
+  Python, outside the task's span. The worker threads' CPU time less their
+  tasks' bodies' (:meth:`legionpy.runtime.core.Runtime.worker_span_cpu`),
+  regressed on tasks and copies: ``finish_s`` per task, ``finish_copy_s``
+  per copy it hands to a link's thread. In CPU seconds it is steady (27 Nov,
+  three calibrations minutes apart: 8.9, 9.1 and 9.7 us a task) where the
+  wall-time terms moved 2.4x (``task_s`` 12.6-30.4 us).
 * **the interpreter lock** (:func:`fit_lock_terms`, issue 26): with the
   regressed terms fixed, the lock-sharing terms of
   :mod:`legionpy.optimizer.sharing` -- the seconds of a kernel that hold the
@@ -53,7 +61,7 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   interpreter lock's hold of a kernel
   (:func:`~legionpy.probe.overhead.measure_lock_hold`), the cores and the
   control threads; :func:`runtime_overhead` caches the result
-  per machine in ``$LEGIONPY_CACHE/overhead-v20-MACHINE[-bound].json``.
+  per machine in ``$LEGIONPY_CACHE/overhead-v21-MACHINE[-bound].json``.
 * **a calibration taken under load is redone when the machine is quiet.**
   Every row measures the cores other programs kept busy meanwhile; when
   their median is over :data:`LOADED_CORES` the calibration is *loaded*
@@ -216,6 +224,10 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
             bg = background_cores(c0, cpu_clock())
             busy = float(np.mean([sum(r["measured_per_device_busy_s"].values())
                                   for r in runs]))
+            # the workers' CPU between their tasks (finishing, releasing, taking the next)
+            between = float(np.mean([sum(r.get("measured_per_device_cpu_s", {}).values())
+                                     - sum(r.get("measured_per_device_span_cpu_s", {}).values())
+                                     for r in runs]))
             rows.append({"model": m.graph.name, "strategy": sname, **counts,
                          # the median of the fits' steady-state periods: one stalled
                          # fit (another program, the OS) must not pull a 30-row fit;
@@ -227,6 +239,7 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
                          "control_s": float(np.median([r["measured_control_cpu_s"]
                                                        for r in runs])),
                          "busy_s": busy, "worker_extra_s": max(0.0, busy - kernels),
+                         "between_s": max(0.0, between),
                          # a copy's wall time in the runtime, and the machine
                          # model's for the same copies (latency and bytes)
                          "copy_wall_s": median_of(r.get("measured_copy_s") for r in runs),
@@ -257,11 +270,25 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
 
     return {"step_s": float(ctl[0]), "launch_s": float(ctl[1]), "req_launch_s": float(ctl[2]),
             "copy_launch_s": float(ctl[3]), "task_s": float(wk[0]), "req_task_s": float(wk[1]),
-            "back_task_s": float(wk[2]),
+            "back_task_s": float(wk[2]), **finish_terms(rows),
             "calibration": {"rows": rows, "control_worst_residual": rel(a @ ctl, period),
                             "worker_worst_residual": rel(w @ wk, extra),
                             "seconds": time.perf_counter() - t0},
             "taskgraphs": graphs}
+
+
+def finish_terms(rows: list[dict]) -> dict[str, float]:
+    """``finish_s`` and ``finish_copy_s``: the workers' CPU seconds between
+    their tasks (each row's ``between_s``, :func:`calibrate_layer_overhead`),
+    by least squares on the rows' tasks and copies (every copy is handed to
+    its link's thread by the worker that ran its source). Zero where the
+    rows have no such figure (the serial executor)."""
+    use = [r for r in rows if r.get("between_s", 0.0) > 0]
+    if not use:
+        return {"finish_s": 0.0, "finish_copy_s": 0.0}
+    a = np.array([[r["tasks"], r.get("copies", 0)] for r in use], dtype=float)
+    fit = nnls(a, np.array([r["between_s"] for r in use]))
+    return {"finish_s": float(fit[0]), "finish_copy_s": float(fit[1])}
 
 
 def measured_collective_cost(rows: list[dict]) -> float | None:
@@ -532,7 +559,7 @@ def _workers(ovh: RuntimeOverhead, factor: float) -> dict[str, float]:
 def _overhead_path(machine_name: str) -> str:
 
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", machine_name)
-    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v20-{safe}.json")
+    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v21-{safe}.json")
 
 
 #: median background cores over a calibration's rows above which it is
@@ -679,8 +706,8 @@ def drop_contended_costs() -> None:
 def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
                      verbose: bool = False) -> RuntimeOverhead:
     """The runtime's overhead on this machine, cached per machine name in
-    ``$LEGIONPY_CACHE/overhead-v20-NAME[-bound].json`` (``-bound``: the ranks
-    were bound to their cores, legionpy/affinity.py; ``overhead-v20-empty-NAME.json``
+    ``$LEGIONPY_CACHE/overhead-v21-NAME[-bound].json`` (``-bound``: the ranks
+    were bound to their cores, legionpy/affinity.py; ``overhead-v21-empty-NAME.json``
     for ``source="empty"``); collective under MPI. ``source``: ``"layer"``
     (default, :func:`calibrated_overhead`) or ``"empty"``
     (:func:`measure_runtime_overhead`, empty tasks, no CPU model)."""

@@ -93,9 +93,13 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
         xs, y = _random_data(model.graph, total * b, seed)
     lr.fence()
     c0 = cpu_clock()  # the machine's busy CPU time, for the background load
-    with rt.trace.tap() as tap:  # the user's LEGIONPY_TRACE keeps recording, whole
-        h = model.fit(xs, y, epochs=1, verbose=0, shuffle=False)
-        lr.fence()
+    rt.count_span_cpu(True)
+    try:
+        with rt.trace.tap() as tap:  # the user's LEGIONPY_TRACE keeps recording, whole
+            h = model.fit(xs, y, epochs=1, verbose=0, shuffle=False)
+            lr.fence()
+    finally:
+        rt.count_span_cpu(False)
     c1 = cpu_clock()
     recs = tap.records()
     # when each step finished here, and the control thread's CPU time then
@@ -136,6 +140,8 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
         timeline.append({"row": row, "kind": r["kind"], "name": r["name"],
                          "start_s": a - lo, "end_s": z - lo})
     names = {d.id: d.name for d in machine.devices}
+    worker_cpu = _window_cpu(h.device_cpu, warmup, steps, names)
+    span_cpu = _window_cpu(h.device_span_cpu, warmup, steps, names)
     merged: dict[str, float] = {names.get(d, str(d)): 0.0 for d in names}
     for part in allgather(busy):
         for d, v in part.items():
@@ -159,6 +165,12 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     for part in allgather(mine):
         terms.update(part)
     terms["control"] = {"control": max(allgather(control_cpu))}
+    # how the workers spent their time (breakdown "wait" and "between")
+    for d in machine.devices:
+        row, name = f"dev {d.id}", names.get(d.id, str(d.id))
+        if row in terms and name in span_cpu and name in worker_cpu:
+            terms[row]["wait"] = max(0.0, merged.get(name, 0.0) - span_cpu[name])
+            terms[row]["between"] = max(0.0, worker_cpu[name] - span_cpu[name])
     every_copy = [c for part in allgather(copies) for c in part]
     return {"measured_time_s": max(allgather(period)),
             "measured_control_cpu_s": max(allgather(control_cpu)),
@@ -166,9 +178,23 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
             "measured_collective_s": median_of(c for part in allgather(colls) for c in part),
             "measured_step_times_s": [max(ts) for ts in zip(*all_times)],
             "measured_per_device_busy_s": merged, "measured_phase_s": phases,
+            "measured_per_device_cpu_s": worker_cpu, "measured_per_device_span_cpu_s": span_cpu,
             "final_loss": float(h["step_loss"][-1]),
             "measured_terms": terms,
             "measured_background_cores": bg}
+
+
+def _window_cpu(snapshots: list[dict], warmup: int, steps: int,
+                names: dict) -> dict[str, float]:
+    """Device name -> CPU seconds per step between the stamps of the last
+    warm-up step and the last step (``History.device_cpu`` or
+    ``device_span_cpu``), every rank's devices."""
+    first, last = snapshots[warmup - 1], snapshots[-1]
+    out: dict[str, float] = {}
+    for part in allgather({d: (last[d] - first.get(d, 0.0)) / steps for d in last}):
+        for d, v in part.items():
+            out[names.get(d, str(d))] = v
+    return out
 
 
 def median_of(values: Any) -> float | None:
@@ -209,6 +235,10 @@ class FidelityResult:
     relative_error: float
     per_device_busy_s: dict = field(default_factory=dict)
     measured_per_device_busy_s: dict = field(default_factory=dict)
+    #: each device worker's CPU seconds per step, and its tasks' bodies' alone
+    #: (:func:`measure_runtime`; empty with the serial executor)
+    measured_per_device_cpu_s: dict = field(default_factory=dict)
+    measured_per_device_span_cpu_s: dict = field(default_factory=dict)
     measured_step_times_s: list = field(default_factory=list)
     kernel_time_s: float = 0.0
     kernel_relative_error: float = 0.0
@@ -445,6 +475,8 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
         relative_error=relative_error(t_sim, t_real),
         per_device_busy_s=sim["per_device_busy_s"],
         measured_per_device_busy_s=real["measured_per_device_busy_s"],
+        measured_per_device_cpu_s=real["measured_per_device_cpu_s"],
+        measured_per_device_span_cpu_s=real["measured_per_device_span_cpu_s"],
         measured_step_times_s=real["measured_step_times_s"],
         kernel_time_s=sim["kernel_time_s"],
         kernel_relative_error=relative_error(sim["kernel_time_s"], t_real),

@@ -52,12 +52,21 @@ class History(dict):
     ``.history`` (Keras). ``step_finished``: for each step, in order, when
     ``fit`` saw it finish on this rank, as ``(time.perf_counter(),
     time.thread_time())`` of the calling (control) thread: the steady-state
-    step time is their spacing. Under ``mpirun`` a step's results (and
-    ``on_step``) arrive later, in batches (``MPI_RESULTS_EVERY``)."""
+    step time is their spacing. ``device_cpu``: at the same moments, the
+    CPU seconds each of this rank's device workers had used (``{device id:
+    seconds}``, :meth:`legionpy.runtime.core.Runtime.worker_cpu`): a
+    worker's wall time less its CPU time is what it waited for a core or the
+    interpreter lock. ``device_span_cpu``: the same of their tasks' bodies
+    alone, while the runtime counts them
+    (:meth:`~legionpy.runtime.core.Runtime.count_span_cpu`; else empty).
+    Under ``mpirun`` a step's results (and ``on_step``) arrive later, in
+    batches (``MPI_RESULTS_EVERY``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.step_finished: list[tuple[float, float]] = []
+        self.device_cpu: list[dict[int, float]] = []
+        self.device_span_cpu: list[dict[int, float]] = []
 
     @property
     def history(self) -> dict:
@@ -360,6 +369,8 @@ class Model:
         def finished(fm: Any, now: bool = False) -> None:
             fm.wait()  # this rank's points: the launches stay one step ahead
             hist.step_finished.append((time.perf_counter(), time.thread_time()))
+            hist.device_cpu.append(ex.rt.worker_cpu())
+            hist.device_span_cpu.append(ex.rt.worker_span_cpu())
             unsent.append(fm)
             if now or not fm.collective or len(unsent) >= execution.MPI_RESULTS_EVERY:
                 flush()

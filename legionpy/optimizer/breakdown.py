@@ -21,6 +21,20 @@ device, so a prediction that misses names the term that misses:
     the iteration's period less the device's busy time (compute, update,
     fill and collectives: copies run on links, beside it).
 
+Two more terms, where the figures exist, say how a device's worker thread
+spent its time rather than on what (they are not added to the others):
+
+``wait``
+    seconds its tasks waited, inside their spans, for a core or the
+    interpreter lock: simulated, the processor sharing's stretch of them
+    (:mod:`.sharing`); measured, their wall time less their bodies' CPU
+    time (:meth:`legionpy.runtime.core.Runtime.worker_span_cpu`);
+``between``
+    the worker's CPU seconds between its tasks (finishing one, releasing
+    its successors, taking the next from its queue): simulated, the
+    ``finish_s`` the model charges per task; measured, the worker thread's
+    CPU time less its tasks' bodies'.
+
 This is the accounting Legion Prof and FlexFlow's simulator-vs-real plots
 use (Bauer et al., SC 2012; Jia et al., MLSys 2019, section 8.3): per
 processor, busy time by task kind plus the utility (control) processor.
@@ -48,9 +62,10 @@ __all__ = ["TERMS", "LABELS", "term_of", "breakdown", "sim_timeline", "breakdown
            "format_breakdown", "worst_term"]
 
 #: the terms, in print order
-TERMS = ("compute", "copy", "update", "fill", "control", "idle")
+TERMS = ("compute", "copy", "update", "fill", "control", "idle", "wait", "between")
 LABELS = {"compute": "compute", "copy": "copy/collective", "update": "update",
-          "fill": "fill/reduce", "control": "control thread", "idle": "idle"}
+          "fill": "fill/reduce", "control": "control thread", "idle": "idle",
+          "wait": "lock/core wait", "between": "between tasks"}
 _DEVICE_TERMS = ("compute", "copy", "update", "fill", "idle")
 
 

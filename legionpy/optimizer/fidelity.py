@@ -49,7 +49,7 @@ stretched by the measured slowdown of a GEMM / a memory-bound stream run on
 every device at once (interpolated by arithmetic intensity), unless the
 cost model is ``"contended"`` (kernels profiled with the other devices
 busy). The figures are cached per machine in
-``$LEGIONPY_CACHE/overhead-v20-MACHINE[-bound].json``.
+``$LEGIONPY_CACHE/overhead-v21-MACHINE[-bound].json``.
 
 The interpreter lock and the cores are *processor-shared* (issue 26,
 :mod:`.sharing`): every device and link is a thread of its process (devices
@@ -171,6 +171,14 @@ class RuntimeOverhead:
     #: worker seconds per gradient a backward task reduces (the runtime's
     #: reduction buffer and view, the fold's Python; measured on one device)
     reduce_req_s: float = 0.0
+    #: worker seconds after each task's body (finishing it, releasing its
+    #: successors, taking the next task from its queue: Python), and more per
+    #: copy among its successors (handing the copy to its link's thread):
+    #: measured as the workers' CPU time between their tasks
+    #: (:meth:`legionpy.runtime.core.Runtime.worker_span_cpu`; 6-8 us a task
+    #: on the project's machine, which the tasks' spans never showed)
+    finish_s: float = 0.0
+    finish_copy_s: float = 0.0
     #: worker seconds per byte of a backward task's gradient reductions: each
     #: gradient it reduces (of its inputs and weights) is an identity-filled
     #: buffer it accumulates into and its reader folds in (seven passes over
@@ -479,7 +487,9 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     a device's seconds per byte of gradient reductions where it is not
     ``overhead.reduce_byte_s`` (measured on the host's memory): a GPU's
     (:func:`device_reduce_byte_s`). Returns ``{"iteration_time_s",
-    "per_device_busy_s", "control_busy_s", "schedule_s"}``."""
+    "per_device_busy_s", "control_busy_s", "schedule_s", "per_device_wait_s"
+    (what each device's tasks waited for a core or the lock),
+    "per_device_finish_s" (its worker's work between them), ...}``."""
     tasks = taskgraph["tasks"]
     n = len(tasks)
     preds: list[list[int]] = [[] for _ in range(n)]
@@ -524,10 +534,16 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     folded = [t["name"].startswith("U:")
               and any(tasks[p]["kind"] == "collective" for p in preds[i])
               for i, t in enumerate(tasks)]
+    # the worker's work after a task's body (breakdown "between")
+    finish = [0.0 if t["kind"] in ("copy", "collective")
+              else overhead.finish_s + overhead.finish_copy_s
+              * sum(1 for j in succs[i] if tasks[j]["kind"] == "copy")
+              for i, t in enumerate(tasks)] \
+        if overhead.finish_s or overhead.finish_copy_s else [0.0] * n
     dur = [t["duration_s"] + overhead.copy_s if t["kind"] == "copy"
            else kern[i] + overhead.worker_s(reqs[i], t["name"].startswith("B:"),
                                             t["name"].startswith("U:") and not folded[i])
-           + rgrads[i] * overhead.reduce_req_s
+           + rgrads[i] * overhead.reduce_req_s + finish[i]
            for i, t in enumerate(tasks)]
     proc = _processes(tasks, overhead.control_threads)
     between = overhead.coll_s or overhead.coll_byte_s
@@ -552,7 +568,8 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
                                                        clock, loss, hop)
         busy = {}  # wall seconds, stretched by the sharing (as a trace measures them)
         for i, t in enumerate(tasks):
-            busy[t["device"]] = busy.get(t["device"], 0.0) + end[i] - starts[i]
+            # the task's span, as a trace measures it (without its worker's finish)
+            busy[t["device"]] = busy.get(t["device"], 0.0) + end[i] - starts[i] - finish[i]
         wait = [max(0.0, end[i] - admit[i] - dur[i] - hop[i] - overhead.wake_s)
                 for i in range(n)]
     else:
@@ -560,7 +577,17 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
                                                  [d + h for d, h in zip(dur, hop)],
                                                  [0.0] * n if pipelined else list(issued))
         ctl_end = clock
+        for i, t in enumerate(tasks):  # spans, as a trace measures them
+            if finish[i]:
+                busy[t["device"]] -= finish[i]
     devices = {t["device"] for t in tasks if t["kind"] != "copy"}
+    # what each device's tasks waited for a core or the lock (breakdown "wait")
+    dev_wait: dict[str, float] = {}
+    dev_finish: dict[str, float] = {}
+    for i, t in enumerate(tasks):
+        if t["kind"] in ("compute", "update"):
+            dev_wait[t["device"]] = dev_wait.get(t["device"], 0.0) + wait[i]
+            dev_finish[t["device"]] = dev_finish.get(t["device"], 0.0) + finish[i]
     sched = max(end, default=0.0)
     # the cores are shared by the devices' workers, the links and the control threads
     cpu = ((sum(dur) + overhead.control_threads * clock) / overhead.cores
@@ -578,8 +605,10 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     return {"iteration_time_s": max(it, cpu, gil), "gil_bound_s": gil,
             "per_device_busy_s": {d: busy.get(d, 0.0) for d in sorted(devices)},
             "control_busy_s": clock, "schedule_s": sched, "cpu_bound_s": cpu,
-            "task_start_s": starts, "task_end_s": end,
-            "lock_wait_s": sum(wait)}
+            "task_start_s": starts, "task_end_s": end, "task_finish_s": finish,
+            "lock_wait_s": sum(wait),
+            "per_device_wait_s": {d: dev_wait.get(d, 0.0) for d in sorted(devices)},
+            "per_device_finish_s": {d: dev_finish.get(d, 0.0) for d in sorted(devices)}}
 
 
 def _list_schedule(tasks: list[dict], preds: list, succs: list, dur: list,
@@ -818,8 +847,13 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
         r = simulate_with_runtime(tg, overhead, graph, pipelined=pipelined,
                                   update_fields=update_fields, update_scale=update_scale,
                                   reduce_byte_s=device_reduce_byte_s(machine))
-        out["terms"] = breakdown(sim_timeline(tg, r["task_start_s"], r["task_end_s"], rows),
+        spans = [e - f for e, f in zip(r["task_end_s"], r["task_finish_s"])]
+        out["terms"] = breakdown(sim_timeline(tg, r["task_start_s"], spans, rows),
                                  period_s=r["iteration_time_s"], control_s=r["control_busy_s"])
+        for name, row in rows.items():
+            if row in out["terms"]:
+                out["terms"][row]["wait"] = r["per_device_wait_s"].get(name, 0.0)
+                out["terms"][row]["between"] = r["per_device_finish_s"].get(name, 0.0)
         out["iteration_time_s"] = r["iteration_time_s"]
         out["per_device_busy_s"] = {d: r["per_device_busy_s"].get(d, 0.0)
                                     for d in res.per_device_busy_s}
@@ -829,7 +863,7 @@ def simulate_strategy(graph: Any, machine: Any, strategy: Any, cost_model: Any =
         out["gil_bound_s"] = r["gil_bound_s"]
         if trace:
             tg = {**tg, "tasks": [{**t, "start_s": s, "end_s": e} for t, s, e in
-                                  zip(tg["tasks"], r["task_start_s"], r["task_end_s"])]}
+                                  zip(tg["tasks"], r["task_start_s"], spans)]}
     if trace:
         write_chrome_trace(tg["tasks"], trace)
     out["overhead"] = overhead.to_dict() if overhead is not None else None

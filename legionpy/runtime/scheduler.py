@@ -196,6 +196,9 @@ class Scheduler:
         self._yielded = time.perf_counter()  # when the launching thread last yielded
         #: the process's threads share one core (set by the runtime, affinity.one_core)
         self.one_core = False
+        #: queue key -> CPU seconds its ops' bodies used, while
+        #: :meth:`count_span_cpu` is on (two thread-clock reads per op, ~1 us)
+        self.span_cpu: dict[Any, float] | None = None
         #: submitted, unfinished copies between devices and collectives
         #: (:func:`_talks`): while there are any, the launching thread yields
         self.talking = 0
@@ -302,6 +305,8 @@ class Scheduler:
 
     # -- execution (worker threads or caller) ---------------------------------------
     def run(self, op: Op) -> None:
+        if self.span_cpu is not None:
+            return self._run_counted(op)
         op.start = time.perf_counter()
         err = None
         try:
@@ -311,6 +316,27 @@ class Scheduler:
         op.end = time.perf_counter()
         op.fn = None
         self._release(self._finish(op, op.result, err))
+
+    def _run_counted(self, op: Op) -> None:
+        """``run``, adding the body's CPU seconds to ``span_cpu[op.queue]``."""
+        c0 = time.thread_time()
+        op.start = time.perf_counter()
+        err = None
+        try:
+            op.result = op.fn(op)
+        except BaseException as exc:  # noqa: BLE001 - propagated through futures
+            err = exc
+        op.end = time.perf_counter()
+        spans = self.span_cpu
+        if spans is not None:
+            spans[op.queue] = spans.get(op.queue, 0.0) + time.thread_time() - c0
+        op.fn = None
+        self._release(self._finish(op, op.result, err))
+
+    def count_span_cpu(self, on: bool) -> None:
+        """Start (from zero) or stop adding up each queue's op bodies' CPU
+        seconds in :attr:`span_cpu`."""
+        self.span_cpu = {} if on else None
 
     def run_on_streams(self, op: Op) -> None:
         """``run`` on a GPU runtime: the body through ``streams.execute``."""
@@ -419,6 +445,11 @@ class Executor:
     def close(self) -> None:
         """Stop workers (after a fence)."""
 
+    def cpu_seconds(self) -> dict[Any, float]:
+        """Queue key -> CPU seconds its worker thread has used (none here: the
+        caller's thread runs every op)."""
+        return {}
+
 
 class SerialExecutor(Executor):
     """Everything in the caller's thread, one global FIFO of ready ops."""
@@ -454,6 +485,8 @@ class ThreadExecutor(Executor):
         self.sched = sched
         self.queues: dict[Any, SimpleQueue] = {}
         self.threads: list[threading.Thread] = []
+        #: queue key -> its worker thread's CPU clock (time.pthread_getcpuclockid)
+        self.clocks: dict[Any, int] = {}
         self._lock = threading.Lock()
 
     def dispatch(self, op: Op) -> None:
@@ -476,7 +509,22 @@ class ThreadExecutor(Executor):
                 t.start()
                 self.threads.append(t)
                 self.queues[key] = q
+                try:
+                    self.clocks[key] = time.pthread_getcpuclockid(t.ident)
+                except (AttributeError, OSError):  # no per-thread CPU clocks here
+                    pass
             return q
+
+    def cpu_seconds(self) -> dict[Any, float]:
+        """Queue key -> the CPU seconds its worker thread has used so far
+        (time it ran, not time it waited for a core or the interpreter lock)."""
+        out = {}
+        for key, clock in list(self.clocks.items()):
+            try:
+                out[key] = time.clock_gettime(clock)
+            except OSError:  # the thread has ended
+                continue
+        return out
 
     def _loop(self, q: SimpleQueue, idle: DeviceIdle | None = None) -> None:
         run = self.sched.run
@@ -498,3 +546,4 @@ class ThreadExecutor(Executor):
             t.join(timeout=5.0)
         self.queues.clear()
         self.threads.clear()
+        self.clocks.clear()

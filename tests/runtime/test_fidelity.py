@@ -190,9 +190,17 @@ def test_simulate_compare_json(cache, capsys, tmp_path):
     for side in ("sim", "real"):
         terms = out["terms"][side]
         assert set(terms) == {"dev 0", "dev 1", "control"}
-        assert set(terms["dev 0"]) == {"compute", "copy", "update", "fill", "idle"}
+        assert set(terms["dev 0"]) == {"compute", "copy", "update", "fill", "idle", "wait",
+                                       "between"}
         assert terms["dev 0"]["compute"] > 0 and terms["control"]["control"] > 0
-    assert out["worst_term"]["term"] in ("compute", "copy", "update", "fill", "control")
+        assert terms["dev 0"]["wait"] >= 0
+    # the workers' own time: they run Python between their tasks, and the model
+    # charges the finish_s the calibration measured for it
+    real, sim = out["terms"]["real"]["dev 0"], out["terms"]["sim"]["dev 0"]
+    assert real["between"] > 0 and sim["between"] > 0
+    assert out["measured_per_device_cpu_s"]["cpu0"] >= out["measured_per_device_span_cpu_s"]["cpu0"]
+    assert out["worst_term"]["term"] in ("compute", "copy", "update", "fill", "control", "wait",
+                                         "between")
 
 
 def test_compare_needs_the_local_machine(capsys):
@@ -300,6 +308,38 @@ def test_a_copy_between_ranks_waits_hop_s_without_a_core_by_hand():
     assert simulate_with_runtime(tg, replace(one, hop_s=0.5), None, pipelined=True)[
         "iteration_time_s"] == pytest.approx(simulate_with_runtime(
             tg, one, None, pipelined=True)["iteration_time_s"])
+
+
+def test_a_worker_finishes_each_task_outside_its_span_by_hand():
+    # a -> b on cpu0, b's output copied to cpu1, c there. finish_s: each task's
+    # worker runs 0.2 s after its body, 0.3 s more for each copy it hands on;
+    # the device is held for it, but the task's span (busy, the trace) is not
+    tg = hand_tg([("F:a[0]", "compute", "cpu0", 1.0), ("F:b[0]", "compute", "cpu0", 1.0),
+                  ("X:b", "copy", "cpu0->cpu1", 0.1), ("F:c[1]", "compute", "cpu1", 1.0)],
+                 [[0, 1], [1, 2], [2, 3]])
+    base = simulate_with_runtime(tg, RuntimeOverhead(), None)
+    fin = simulate_with_runtime(tg, RuntimeOverhead(finish_s=0.2, finish_copy_s=0.3), None)
+    # a: +0.2, b: +0.2 +0.3 (one copy after it), c: +0.2, all on the one chain
+    assert fin["iteration_time_s"] == pytest.approx(base["iteration_time_s"] + 0.9)
+    assert fin["per_device_busy_s"] == pytest.approx(base["per_device_busy_s"])
+    assert fin["per_device_finish_s"] == {"cpu0": pytest.approx(0.7), "cpu1": pytest.approx(0.2)}
+    assert fin["task_finish_s"] == pytest.approx([0.2, 0.5, 0.0, 0.2])
+    # with the lock model too, and it is Python: it holds the lock
+    ovh = RuntimeOverhead(cores=2, gil_kernel_s=0.0)
+    shared = simulate_with_runtime(tg, replace(ovh, finish_s=0.2, finish_copy_s=0.3), None)
+    assert shared["iteration_time_s"] == pytest.approx(
+        simulate_with_runtime(tg, ovh, None)["iteration_time_s"] + 0.9)
+
+
+def test_finish_terms_are_the_workers_time_between_their_tasks():
+    from legionpy.measure.calibration import finish_terms
+
+    rows = [{"tasks": t, "copies": c, "between_s": t * 8e-6 + c * 12e-6}
+            for t, c in ((10, 0), (40, 0), (30, 20), (80, 90))]
+    assert finish_terms(rows) == {"finish_s": pytest.approx(8e-6),
+                                  "finish_copy_s": pytest.approx(12e-6)}
+    # the serial executor has no worker threads: nothing measured, nothing charged
+    assert finish_terms([{"tasks": 10, "copies": 0}]) == {"finish_s": 0.0, "finish_copy_s": 0.0}
 
 
 def test_an_update_after_a_reduce_scatter_does_not_fold_the_gradients_again_by_hand():

@@ -1,0 +1,71 @@
+"""The device workers' CPU clocks (``Runtime.worker_cpu``, ``worker_span_cpu``):
+what a worker ran, as opposed to what it waited for (issue 26: the breakdown's
+``wait`` and ``between`` terms)."""
+
+from __future__ import annotations
+
+import time
+
+import legionpy as lp
+import legionpy.runtime as lr
+
+
+@lp.task
+def spin(seconds: float) -> int:
+    n, end = 0, time.thread_time() + seconds
+    while time.thread_time() < end:
+        n += 1
+    return n
+
+
+@lp.task
+def nap(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def test_a_worker_clock_counts_what_it_ran_not_what_it_waited(rt1):
+    spin(0.001).get()  # the worker thread exists
+    rt = lr.get_runtime()
+    dev = next(iter(rt.worker_cpu()))
+    c0, w0 = rt.worker_cpu()[dev], time.perf_counter()
+    nap(0.05).get()
+    assert time.perf_counter() - w0 >= 0.05
+    assert rt.worker_cpu()[dev] - c0 < 0.02  # asleep: no CPU
+    c1 = rt.worker_cpu()[dev]
+    spin(0.03).get()
+    assert rt.worker_cpu()[dev] - c1 >= 0.03
+
+
+def test_span_cpu_counts_the_task_bodies_only_while_on(rt1):
+    rt = lr.get_runtime()
+    spin(0.001).get()
+    assert rt.worker_span_cpu() == {}
+    rt.count_span_cpu(True)
+    try:
+        c0 = rt.worker_cpu()
+        for _ in range(5):
+            spin(0.005).get()
+        nap(0.02).get()
+        spans, c1 = rt.worker_span_cpu(), rt.worker_cpu()
+    finally:
+        rt.count_span_cpu(False)
+    dev = next(iter(spans))
+    # the bodies: five spins of 5 ms, a nap of none; the worker also ran
+    # between them (finishing, releasing, taking the next)
+    assert 0.025 <= spans[dev] < 0.025 + 0.01
+    assert c1[dev] - c0[dev] >= spans[dev]
+    assert rt.worker_span_cpu() == {}
+
+
+def test_the_serial_executor_has_no_worker_clocks():
+    # the caller's thread runs every task: no worker to clock; the bodies'
+    # CPU is still theirs
+    rt = lr.init(cpus=2, executor="serial")
+    try:
+        spin(0.001).get()
+        rt.count_span_cpu(True)
+        spin(0.002).get()
+        assert rt.worker_cpu() == {}
+        assert sum(rt.worker_span_cpu().values()) >= 0.002
+    finally:
+        lr.shutdown()
