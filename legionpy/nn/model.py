@@ -52,13 +52,14 @@ class History(dict):
     ``.history`` (Keras). ``step_finished``: for each step, in order, when
     ``fit`` saw it finish on this rank, as ``(time.perf_counter(),
     time.thread_time())`` of the calling (control) thread: the steady-state
-    step time is their spacing. ``device_cpu``: at the same moments, the
-    CPU seconds each of this rank's device workers had used (``{device id:
-    seconds}``, :meth:`legionpy.runtime.core.Runtime.worker_cpu`): a
-    worker's wall time less its CPU time is what it waited for a core or the
-    interpreter lock. ``device_span_cpu``: the same of their tasks' bodies
-    alone, while the runtime counts them
-    (:meth:`~legionpy.runtime.core.Runtime.count_span_cpu`; else empty).
+    step time is their spacing. While the runtime counts its tasks' CPU
+    time (:meth:`~legionpy.runtime.core.Runtime.count_span_cpu`, as
+    :func:`legionpy.measure.measure_runtime` does; else both stay empty):
+    ``device_cpu``, at the same moments, the CPU seconds each of this rank's
+    device workers had used (``{device id: seconds}``,
+    :meth:`legionpy.runtime.core.Runtime.worker_cpu`: a worker's wall time
+    less its CPU time is what it waited for a core or the interpreter lock),
+    and ``device_span_cpu``, the same of their tasks' bodies alone.
     Under ``mpirun`` a step's results (and ``on_step``) arrive later, in
     batches (``MPI_RESULTS_EVERY``)."""
 
@@ -369,8 +370,9 @@ class Model:
         def finished(fm: Any, now: bool = False) -> None:
             fm.wait()  # this rank's points: the launches stay one step ahead
             hist.step_finished.append((time.perf_counter(), time.thread_time()))
-            hist.device_cpu.append(ex.rt.worker_cpu())
-            hist.device_span_cpu.append(ex.rt.worker_span_cpu())
+            if ex.rt.counting_span_cpu:  # measuring (measure_runtime): kept per step
+                hist.device_cpu.append(ex.rt.worker_cpu())
+                hist.device_span_cpu.append(ex.rt.worker_span_cpu())
             unsent.append(fm)
             if now or not fm.collective or len(unsent) >= execution.MPI_RESULTS_EVERY:
                 flush()

@@ -700,6 +700,11 @@ class Runtime:
         spans = self.sched.span_cpu
         return {} if spans is None else {k: v for k, v in spans.items() if type(k) is int}
 
+    @property
+    def counting_span_cpu(self) -> bool:
+        """Whether :meth:`count_span_cpu` is on."""
+        return self.sched.span_cpu is not None
+
     def count_span_cpu(self, on: bool) -> None:
         """Add up each device's task bodies' CPU seconds (two thread-clock
         reads per task, about a microsecond) from now on, from zero

@@ -69,3 +69,26 @@ def test_the_serial_executor_has_no_worker_clocks():
         assert sum(rt.worker_span_cpu().values()) >= 0.002
     finally:
         lr.shutdown()
+
+
+def test_fit_keeps_the_worker_clocks_only_while_they_are_counted(rt1):
+    import numpy as np
+
+    from legionpy import nn
+    from legionpy.measure.calibration import calibration_models
+
+    m = calibration_models()[0]  # a tiny MLP
+    m.compile(optimizer=nn.SGD(lr=1e-3), loss="sparse_categorical_crossentropy")
+    x = np.random.default_rng(0).standard_normal((4 * m.batch_size, 8)).astype(np.float32)
+    y = np.zeros(4 * m.batch_size, dtype=np.int64)
+    h = m.fit(x, y, epochs=1, verbose=0)
+    assert h.device_cpu == [] and h.device_span_cpu == []  # a long training keeps nothing
+    rt = lr.get_runtime()
+    rt.count_span_cpu(True)
+    try:
+        h = m.fit(x, y, epochs=1, verbose=0)
+    finally:
+        rt.count_span_cpu(False)
+    assert len(h.device_cpu) == len(h.device_span_cpu) == len(h.step_finished) == 4
+    dev = next(iter(h.device_span_cpu[-1]))
+    assert h.device_cpu[-1][dev] >= h.device_span_cpu[-1][dev] > 0
