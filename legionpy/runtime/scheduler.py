@@ -305,8 +305,8 @@ class Scheduler:
 
     # -- execution (worker threads or caller) ---------------------------------------
     def run(self, op: Op) -> None:
-        if self.span_cpu is not None:
-            return self._run_counted(op)
+        spans = self.span_cpu  # counting the bodies' CPU seconds (count_span_cpu)
+        c0 = time.thread_time() if spans is not None else 0.0
         op.start = time.perf_counter()
         err = None
         try:
@@ -314,20 +314,6 @@ class Scheduler:
         except BaseException as exc:  # noqa: BLE001 - propagated through futures
             err = exc
         op.end = time.perf_counter()
-        op.fn = None
-        self._release(self._finish(op, op.result, err))
-
-    def _run_counted(self, op: Op) -> None:
-        """``run``, adding the body's CPU seconds to ``span_cpu[op.queue]``."""
-        c0 = time.thread_time()
-        op.start = time.perf_counter()
-        err = None
-        try:
-            op.result = op.fn(op)
-        except BaseException as exc:  # noqa: BLE001 - propagated through futures
-            err = exc
-        op.end = time.perf_counter()
-        spans = self.span_cpu
         if spans is not None:
             spans[op.queue] = spans.get(op.queue, 0.0) + time.thread_time() - c0
         op.fn = None
