@@ -566,25 +566,22 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
         end, starts, admit, ctl_end = _shared_schedule(tasks, succs, dur, kern, op_kern,
                                                        proc, issued, overhead, pipelined,
                                                        clock, loss, hop)
-        busy = {}  # wall seconds, stretched by the sharing (as a trace measures them)
-        for i, t in enumerate(tasks):
-            # the task's span, as a trace measures it (without its worker's finish)
-            busy[t["device"]] = busy.get(t["device"], 0.0) + end[i] - starts[i] - finish[i]
         wait = [max(0.0, end[i] - admit[i] - dur[i] - hop[i] - overhead.wake_s)
                 for i in range(n)]
     else:
-        end, starts, busy, wait = _list_schedule(tasks, preds, succs,
-                                                 [d + h for d, h in zip(dur, hop)],
-                                                 [0.0] * n if pipelined else list(issued))
+        end, starts, _, wait = _list_schedule(tasks, preds, succs,
+                                              [d + h for d, h in zip(dur, hop)],
+                                              [0.0] * n if pipelined else list(issued))
         ctl_end = clock
-        for i, t in enumerate(tasks):  # spans, as a trace measures them
-            if finish[i]:
-                busy[t["device"]] -= finish[i]
     devices = {t["device"] for t in tasks if t["kind"] != "copy"}
-    # what each device's tasks waited for a core or the lock (breakdown "wait")
+    # each task's span, as a trace measures it: wall seconds, stretched by any
+    # sharing, without its worker's finish; and what each device's tasks
+    # waited for a core or the lock (breakdown "wait") and finished (its "between")
+    busy: dict[str, float] = {}
     dev_wait: dict[str, float] = {}
     dev_finish: dict[str, float] = {}
     for i, t in enumerate(tasks):
+        busy[t["device"]] = busy.get(t["device"], 0.0) + end[i] - starts[i] - finish[i]
         if t["kind"] in ("compute", "update"):
             dev_wait[t["device"]] = dev_wait.get(t["device"], 0.0) + wait[i]
             dev_finish[t["device"]] = dev_finish.get(t["device"], 0.0) + finish[i]

@@ -305,12 +305,22 @@ class Scheduler:
 
     # -- execution (worker threads or caller) ---------------------------------------
     def run(self, op: Op) -> None:
-        spans = self.span_cpu  # counting the bodies' CPU seconds (count_span_cpu)
+        self._execute(op, op.fn)
+
+    def run_on_streams(self, op: Op) -> None:
+        """``run`` on a GPU runtime: the body through ``streams.execute``."""
+        self._execute(op, self.streams.execute)
+
+    def _execute(self, op: Op, body: Callable[[Op], Any]) -> None:
+        """Run ``body(op)`` (the op's own function, or its enqueueing on a
+        stream), stamp it, count its CPU seconds while :meth:`count_span_cpu`
+        is on, and finish it."""
+        spans = self.span_cpu
         c0 = time.thread_time() if spans is not None else 0.0
         op.start = time.perf_counter()
         err = None
         try:
-            op.result = op.fn(op)
+            op.result = body(op)
         except BaseException as exc:  # noqa: BLE001 - propagated through futures
             err = exc
         op.end = time.perf_counter()
@@ -323,18 +333,6 @@ class Scheduler:
         """Start (from zero) or stop adding up each queue's op bodies' CPU
         seconds in :attr:`span_cpu`."""
         self.span_cpu = {} if on else None
-
-    def run_on_streams(self, op: Op) -> None:
-        """``run`` on a GPU runtime: the body through ``streams.execute``."""
-        op.start = time.perf_counter()
-        err = None
-        try:
-            op.result = self.streams.execute(op)
-        except BaseException as exc:  # noqa: BLE001 - propagated through futures
-            err = exc
-        op.end = time.perf_counter()
-        op.fn = None
-        self._release(self._finish(op, op.result, err))
 
     def _finish(self, op: Op, result: Any, err: BaseException | None) -> list[Op]:
         if err is not None and not isinstance(err, TaskError):

@@ -92,3 +92,19 @@ def test_fit_keeps_the_worker_clocks_only_while_they_are_counted(rt1):
     assert len(h.device_cpu) == len(h.device_span_cpu) == len(h.step_finished) == 4
     dev = next(iter(h.device_span_cpu[-1]))
     assert h.device_cpu[-1][dev] >= h.device_span_cpu[-1][dev] > 0
+
+
+def test_span_cpu_counts_on_a_gpu_runtime_too(emu):
+    # a GPU runtime runs each body through its stream (Scheduler.run_on_streams):
+    # its bodies' CPU is counted as on a CPU one, so a calibration there does
+    # not take a worker's whole CPU for its time between tasks
+    rt = emu(1)
+    spin(0.001).get()
+    rt.count_span_cpu(True)
+    try:
+        spin(0.01).get()
+        spans = rt.worker_span_cpu()
+    finally:
+        rt.count_span_cpu(False)
+    assert rt.sched.run == rt.sched.run_on_streams
+    assert sum(spans.values()) >= 0.01
