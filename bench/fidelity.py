@@ -41,6 +41,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from legionpy.probe.hostspeed import QUIET_SLOWDOWN  # noqa: E402
+
 MODELS = ("lenet", "alexnet", "rnntc")
 #: the kernel-dominated regime: larger batches and widths, so each step's
 #: kernels take several times the runtime's per-task Python work (the regime
@@ -109,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recalibrate", action="store_true",
                    help="re-measure the machine model (and, with --cost contended, the "
                    "kernels) instead of using the cached figures")
+    p.add_argument("--quiet-host", action="store_true",
+                   help="take a fit again (up to twice) when the host ran Python more than "
+                   "1.2x slower than at the calibration meanwhile (its other tenants: "
+                   "legionpy/probe/hostspeed.py); each row reports the slowdown it ran at "
+                   "either way")
     p.add_argument("--json", metavar="FILE", help="write every result as JSON")
     p.add_argument("--processes", type=int, default=1, metavar="N",
                    help="run the whole bench in N fresh processes (one after another) and "
@@ -246,6 +253,26 @@ def speed_text(summary: dict) -> str:
     return text
 
 
+def host_text(slow: float | None, retakes: int) -> str:
+    """`` | host x1.07`` (and `` retook 2``) for a row's host slowdown."""
+    if slow is None:
+        return ""
+    return f" | host x{slow:.2f}" + (f" retook {retakes}" if retakes else "")
+
+
+def slowdown_text(summary: dict) -> str:
+    """How fast the host ran Python over the rows, against the calibration's
+    quiet figure (legionpy/probe/hostspeed.py)."""
+    got = [s for s in summary.get("host_slowdown", []) if s is not None]
+    if not got:
+        return "host speed: not measured"
+    busy = sum(1 for s in got if s > QUIET_SLOWDOWN)
+    return (f"host ran Python at x{statistics.median(got):.2f} its calibrated quiet speed "
+            f"(median over rows; x{min(got):.2f}-x{max(got):.2f}); {busy} of {len(got)} rows "
+            f"over x{QUIET_SLOWDOWN} (a busy host); {summary.get('host_retakes', 0)} fits "
+            "taken again")
+
+
 def spread(values: list[float]) -> float:
     """``(max - min) / median`` of one row's measurements in fresh processes:
     what the measurement alone moves by.
@@ -294,11 +321,15 @@ def over_processes(args, argv: list[str]) -> int:
             sim = statistics.median(r["iteration_time_s"] for r in rs)
             real = statistics.median(r["measured_time_s"] for r in rs)
             err = relative_error(sim, real)
+            slow = [r.get("host_slowdown") for r in rs if r.get("host_slowdown")]
             table.append({"model": m, "strategy": s, "iteration_time_s": sim,
                           "measured_time_s": real, "relative_error": err,
-                          "measured_per_process_s": [r["measured_time_s"] for r in rs]})
+                          "measured_per_process_s": [r["measured_time_s"] for r in rs],
+                          "host_slowdown_per_process": slow})
             print(f"{m:<10} {s:<10} {sim * 1e3:>8.2f} {real * 1e3:>8.2f} {err * 100:>6.1f}% | "
-                  + " ".join(f"{r['measured_time_s'] * 1e3:.2f}" for r in rs), flush=True)
+                  + " ".join(f"{r['measured_time_s'] * 1e3:.2f}" for r in rs)
+                  + (" | host " + " ".join(f"x{v:.2f}" for v in slow) if slow else ""),
+                  flush=True)
         speeds = [s for run in runs for s in run[regime]["summary"].get("interpreter_s", [])]
         cal = next((c for run in runs if (c := run[regime]["summary"].get(
             "calibration_interpreter_s"))), None)
@@ -308,11 +339,16 @@ def over_processes(args, argv: list[str]) -> int:
                    "processes": len(runs), "ranks": args.ranks,
                    "measured_spread": statistics.median(
                        spread(t["measured_per_process_s"]) for t in table),
-                   "interpreter_s": speeds, "calibration_interpreter_s": cal}
+                   "interpreter_s": speeds, "calibration_interpreter_s": cal,
+                   "host_slowdown": [statistics.median(t["host_slowdown_per_process"])
+                                     if t["host_slowdown_per_process"] else None
+                                     for t in table],
+                   "host_retakes": sum(run[regime]["summary"].get("host_retakes", 0)
+                                       for run in runs)}
         print(f"[{regime}, {len(runs)} processes] {accuracy_text(summary)}", flush=True)
         print(f"[{regime}, {len(runs)} processes] one row measured in fresh processes moved "
               f"by {summary['measured_spread'] * 100:.0f}% (median over rows of (max - min) / "
-              f"median); {speed_text(summary)}; issue 26's targets "
+              f"median); {speed_text(summary)}; {slowdown_text(summary)}; issue 26's targets "
               f"{'met' if met(summary) else 'NOT met'}", flush=True)
         out_all[regime] = {"summary": summary, "results": table}
     if args.json:
@@ -345,7 +381,7 @@ def run_regime(regime, args, machine, overhead, sizes, root):
                 spec = random_strategy(g, machine, seed=1)
             r = compare(name, spec, scale="small", sizes=msizes, cost=args.cost,
                         steps=args.steps, warmup=args.warmup, overhead=overhead,
-                        machine=machine, fits=args.fits)
+                        machine=machine, fits=args.fits, quiet=args.quiet_host)
             r.strategy = sname
             results.append(r)
             if root:
@@ -360,7 +396,8 @@ def run_regime(regime, args, machine, overhead, sizes, root):
                       f"{busy * 1e3:>6.1f} | {r.background_cores or 0:>4.1f} "
                       f"{r.loaded_time_s * 1e3:>8.2f} {r.loaded_relative_error * 100:>5.1f}%"
                       + (" | fits " + " ".join(f"{t * 1e3:.2f}" for t in r.measured_fits_s)
-                         if len(r.measured_fits_s) > 1 else ""),
+                         if len(r.measured_fits_s) > 1 else "")
+                      + host_text(r.host_slowdown, r.host_retakes),
                       flush=True)
     if not root:
         return None
@@ -381,6 +418,8 @@ def run_regime(regime, args, machine, overhead, sizes, root):
         "kernel_kendall_tau": kendall_tau(ksim, real),
         "seconds": time.perf_counter() - t0, "machine": machine.name,
         "interpreter_s": speed,
+        "host_slowdown": [r.host_slowdown for r in results],
+        "host_retakes": sum(r.host_retakes for r in results),
         "calibration_interpreter_s": ((overhead.calibration or {}).get("interpreter_s")
                                       if overhead else None),
     }
@@ -395,6 +434,7 @@ def run_regime(regime, args, machine, overhead, sizes, root):
           f"{summary['loaded_worst_error'] * 100:.1f}%, Kendall tau "
           f"{summary['loaded_kendall_tau']:.3f}")
     print(f"[{regime}] {speed_text(summary)}")
+    print(f"[{regime}] {slowdown_text(summary)}")
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0, 0, 0)
     summary["load_average"] = list(load)
     for label, pre in (("machine to itself", ""), ("at the measured load", "loaded_")):

@@ -13,7 +13,11 @@ idle; ``terms`` and ``worst_term`` in ``--json``,
 :mod:`legionpy.optimizer.breakdown`), simulated vs measured. With
 ``--compare`` the simulated figures include the runtime's measured per-task overhead
 (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) unless
-``--no-overhead``; ``kernel_time_s`` is the plain simulator's figure. Under
+``--no-overhead``; ``kernel_time_s`` is the plain simulator's figure. It
+also says how fast the host ran Python while it measured, against the
+calibration (``host_slowdown``, :mod:`legionpy.probe.hostspeed`), and takes
+the measurement again, up to twice, while that is over
+:data:`~legionpy.probe.hostspeed.QUIET_SLOWDOWN` (``host_retakes``). Under
 MPI every rank runs and rank 0 prints.
 """
 
@@ -170,6 +174,7 @@ def _compare(args) -> dict:
     from ..measure.fidelity import LOCAL_COST, compare
     from ..models import check_model
     from ..models.training import parse_sizes, start_runtime
+    from ..probe.hostspeed import host_speed_text
 
     if args.machine.split(":")[0].lower() != "local":
         raise MachineError(f"--compare runs the strategy for real, and only the local machine "
@@ -189,7 +194,7 @@ def _compare(args) -> dict:
         r = compare(args.model, args.strategy, scale=args.scale or "small", sizes=sizes,
                     cost=args.cost or LOCAL_COST,
                     steps=args.steps, warmup=args.warmup, overhead=not args.no_overhead,
-                    sync=getattr(args, "sync", None), trace=args.trace)
+                    sync=getattr(args, "sync", None), trace=args.trace, quiet=True)
     out = r.to_dict()
     sim = out.pop("simulation")
     out.update({k: sim[k] for k in ("bytes_moved", "per_link_busy_s", "feasible")
@@ -205,6 +210,10 @@ def _compare(args) -> dict:
         f"{r.kernel_relative_error * 100:.1f}%)",
         f"  {'device':<10} {'sim busy ms':>12} {'real busy ms':>13}",
     ]
+    if r.host_slowdown is not None:
+        lines.insert(4, "  " + host_speed_text(r.host_slowdown)
+                     + (f" (took the measurement {r.host_retakes} more time(s) while the "
+                        "host was busy)" if r.host_retakes else ""))
     for d in sorted(set(r.per_device_busy_s) | set(r.measured_per_device_busy_s)):
         lines.append(f"  {d:<10} {r.per_device_busy_s.get(d, 0.0) * 1e3:>12.3f} "
                      f"{r.measured_per_device_busy_s.get(d, 0.0) * 1e3:>13.3f}")

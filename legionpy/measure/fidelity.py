@@ -33,6 +33,7 @@ from ..mapper.resolve import resolve_strategy
 from ..optimizer.breakdown import breakdown, worst_term
 from ..optimizer.fidelity import RuntimeOverhead, relative_error, simulate_strategy
 from ..optimizer.machine import Machine
+from ..probe.hostspeed import median_probe, retake, slowdown
 from ..probe.overhead import background_cores, cpu_clock
 from ..runtime.mpi import allgather, bcast_root, launched_under_mpi, on_rank0_alone
 
@@ -76,7 +77,10 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     "measured_copy_s" (the median wall seconds of the window's
     copies, every rank's; None without copies), "measured_background_cores"
     (cores other programs kept busy over the timed steps,
-    :func:`~legionpy.probe.overhead.background_cores`), "final_loss"}``.
+    :func:`~legionpy.probe.overhead.background_cores`),
+    "measured_host_probe_s" (the mean over the timed steps of the host-speed
+    probe ``fit`` runs after each step, :mod:`legionpy.probe.hostspeed`,
+    max over ranks; its CPU is not in the control thread's), "final_loss"}``.
     Collective under MPI."""
 
     rt = lr.get_runtime()
@@ -156,7 +160,9 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
     # over the whole window: a step's own figure alternates where the steps do
     # (one device: the launch of two steps falls between two stamps, none
     # between the next two), so its median is not the period's
-    control_cpu = (cpu[-1] - cpu[warmup - 1]) / steps
+    # less the host probes fit ran between the stamps (probe i follows stamp i)
+    probes = h.host_probe[warmup - 1:total - 1]
+    control_cpu = (cpu[-1] - cpu[warmup - 1] - sum(probes)) / steps
     # each rank's own devices (a rank also records copies it sends to another's)
     local = {f"dev {d.id}" for d in rt.devices if d.rank == rt.rank}
     mine = {row: v for row, v in breakdown(timeline, period_s=hi - lo,
@@ -172,7 +178,11 @@ def measure_runtime(model: Any, strategy: Any, machine: Any, steps: int = 5, war
             terms[row]["wait"] = max(0.0, merged.get(name, 0.0) - span_cpu[name])
             terms[row]["between"] = max(0.0, worker_cpu[name] - span_cpu[name])
     every_copy = [c for part in allgather(copies) for c in part]
+    # how fast the host ran Python meanwhile (probe.hostspeed): the slowest rank's
+    probe = max((p for p in allgather(sum(probes) / len(probes) if probes else None)
+                 if p is not None), default=None)
     return {"measured_time_s": max(allgather(period)),
+            "measured_host_probe_s": probe,
             "measured_control_cpu_s": max(allgather(control_cpu)),
             "measured_copy_s": median_of(every_copy),
             "measured_collective_s": median_of(c for part in allgather(colls) for c in part),
@@ -258,6 +268,11 @@ class FidelityResult:
     #: each fit's steady-state step time when measured over several fits
     #: (``compare(fits=n)``; ``measured_time_s`` is their median)
     measured_fits_s: list = field(default_factory=list)
+    #: how many times slower than the calibration's quiet figure the host ran
+    #: Python while the kept fits ran (:mod:`legionpy.probe.hostspeed`; None:
+    #: not known), and how many fits ``compare(quiet=True)`` took again
+    host_slowdown: float | None = None
+    host_retakes: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -425,7 +440,7 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
             sizes: dict | None = None, cost: Any = LOCAL_COST, steps: int = 5, warmup: int = 2,
             overhead: bool | RuntimeOverhead = True, seed: int = 0,
             machine: Any = None, sync: str | None = None, fits: int = 1,
-            trace: str | None = None) -> FidelityResult:
+            trace: str | None = None, quiet: bool = False) -> FidelityResult:
     """Simulate ``model`` under ``strategy`` on the local machine, run it for
     real, and compare (module doc).
 
@@ -440,8 +455,13 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
     median fit (which thread takes the interpreter lock first sets a whole
     fit's interleaving, so one fit's step time varies from fit to fit by
     more than the steps inside it do; ``measured_fits_s`` keeps each fit's);
-    ``trace``: write the simulated timeline there (:func:`predict`).
-    Uses the current runtime (start
+    ``trace``: write the simulated timeline there (:func:`predict`);
+    ``quiet``: a fit that ran while the host ran Python more than
+    :data:`~legionpy.probe.hostspeed.QUIET_SLOWDOWN` times slower than at
+    its calibration is taken again, up to twice
+    (:func:`~legionpy.probe.hostspeed.retake`: the host's other tenants,
+    which no load figure of this machine shows); ``host_slowdown`` reports
+    the kept fits' slowdown either way. Uses the current runtime (start
     it first, e.g. ``lp.init(cpus=2)``); collective under MPI, every rank
     returns rank 0's simulation and the job's measurement. A zoo model is
     built, compiled and trained as ``legionpy train`` does (its
@@ -459,8 +479,15 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
     m.compile(optimizer=opt, loss="sparse_categorical_crossentropy", strategy=strat,
               machine=machine, sync=sync)
     sim = predict_model(m, cost=cost, overhead=overhead, machine=machine, trace=trace)
-    reals = [measure_runtime(m, None, machine, steps=steps, warmup=warmup, seed=seed)
-             for _ in range(max(1, fits))]
+    ref = ((sim.get("overhead") or {}).get("calibration") or {}).get("host_probe_s")
+
+    def measure() -> dict[str, Any]:
+        return measure_runtime(m, None, machine, steps=steps, warmup=warmup, seed=seed)
+
+    if quiet:
+        reals, retakes = retake(measure, ref, max(1, fits))
+    else:
+        reals, retakes = [measure() for _ in range(max(1, fits))], 0
     real = sorted(reals, key=lambda r: r["measured_time_s"])[(len(reals) - 1) // 2]
     t_sim, t_real = sim["iteration_time_s"], real["measured_time_s"]
     bg = real.get("measured_background_cores")
@@ -487,4 +514,5 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
         loaded_relative_error=relative_error(t_load, t_real),
         terms={"sim": sim.get("terms", {}), "real": real["measured_terms"]},
         worst_term=worst_term(sim.get("terms", {}), real["measured_terms"]),
-        measured_fits_s=[r["measured_time_s"] for r in reals])
+        measured_fits_s=[r["measured_time_s"] for r in reals],
+        host_slowdown=slowdown(median_probe(reals), ref), host_retakes=retakes)

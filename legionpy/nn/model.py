@@ -30,6 +30,7 @@ from .. import progress
 from ..errors import ModelError, StrategyError
 from ..mapper.resolve import resolve_strategy
 from ..optimizer import Graph, Machine, Strategy
+from ..probe.hostspeed import speed_probe
 from ..runtime import gather_maps
 from . import execution
 from .data import DataLoader, shard
@@ -59,7 +60,10 @@ class History(dict):
     device workers had used (``{device id: seconds}``,
     :meth:`legionpy.runtime.core.Runtime.worker_cpu`: a worker's wall time
     less its CPU time is what it waited for a core or the interpreter lock),
-    and ``device_span_cpu``, the same of their tasks' bodies alone.
+    and ``device_span_cpu``, the same of their tasks' bodies alone; and
+    ``host_probe``, after each step's stamp, the CPU seconds of a fixed piece
+    of interpreter work (:func:`legionpy.probe.hostspeed.speed_probe`: how
+    fast the host ran Python then).
     Under ``mpirun`` a step's results (and ``on_step``) arrive later, in
     batches (``MPI_RESULTS_EVERY``)."""
 
@@ -68,6 +72,7 @@ class History(dict):
         self.step_finished: list[tuple[float, float]] = []
         self.device_cpu: list[dict[int, float]] = []
         self.device_span_cpu: list[dict[int, float]] = []
+        self.host_probe: list[float] = []
 
     @property
     def history(self) -> dict:
@@ -373,6 +378,7 @@ class Model:
             if ex.rt.counting_span_cpu:  # measuring (measure_runtime): kept per step
                 hist.device_cpu.append(ex.rt.worker_cpu())
                 hist.device_span_cpu.append(ex.rt.worker_span_cpu())
+                hist.host_probe.append(speed_probe())
             unsent.append(fm)
             if now or not fm.collective or len(unsent) >= execution.MPI_RESULTS_EVERY:
                 flush()

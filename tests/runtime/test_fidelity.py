@@ -201,6 +201,10 @@ def test_simulate_compare_json(cache, capsys, tmp_path):
     assert out["measured_per_device_cpu_s"]["cpu0"] >= out["measured_per_device_span_cpu_s"]["cpu0"]
     assert out["worst_term"]["term"] in ("compute", "copy", "update", "fill", "control", "wait",
                                          "between")
+    # how fast the host ran Python meanwhile, against the calibration's quiet
+    # figure (probe/hostspeed.py); a busy host's fit was taken again
+    assert out["host_slowdown"] > 0 and 0 <= out["host_retakes"] <= 2
+    assert len(out["measured_fits_s"]) == 1
 
 
 def test_compare_needs_the_local_machine(capsys):

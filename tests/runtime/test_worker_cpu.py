@@ -83,6 +83,7 @@ def test_fit_keeps_the_worker_clocks_only_while_they_are_counted(rt1):
     y = np.zeros(4 * m.batch_size, dtype=np.int64)
     h = m.fit(x, y, epochs=1, verbose=0)
     assert h.device_cpu == [] and h.device_span_cpu == []  # a long training keeps nothing
+    assert h.host_probe == []
     rt = lr.get_runtime()
     rt.count_span_cpu(True)
     try:
@@ -90,6 +91,7 @@ def test_fit_keeps_the_worker_clocks_only_while_they_are_counted(rt1):
     finally:
         rt.count_span_cpu(False)
     assert len(h.device_cpu) == len(h.device_span_cpu) == len(h.step_finished) == 4
+    assert len(h.host_probe) == 4 and all(p > 0 for p in h.host_probe)
     dev = next(iter(h.device_span_cpu[-1]))
     assert h.device_cpu[-1][dev] >= h.device_span_cpu[-1][dev] > 0
 
@@ -108,3 +110,28 @@ def test_span_cpu_counts_on_a_gpu_runtime_too(emu):
         rt.count_span_cpu(False)
     assert rt.sched.run == rt.sched.run_on_streams
     assert sum(spans.values()) >= 0.01
+
+
+def test_measure_runtime_reports_the_host_probe_and_keeps_it_out_of_the_control_cpu(rt1):
+    """The host-speed probe fit runs after each measured step
+    (legionpy/probe/hostspeed.py) is reported, and its CPU is not counted as
+    the control thread's: with a probe made 1000x heavier the control
+    thread's CPU per step stays well under the probes' CPU per step."""
+    from legionpy.measure.calibration import calibration_models
+    from legionpy.measure.fidelity import measure_runtime
+    from legionpy.nn import model as nn_model
+    from legionpy.optimizer import Machine
+    from legionpy.probe import hostspeed
+
+    m = calibration_models()[0]
+    machine = Machine.local()
+    r = measure_runtime(m, "single", machine, steps=3, warmup=1)
+    assert r["measured_host_probe_s"] > 0
+    heavy = hostspeed.PROBE_WORK * 1000  # ~10 ms a step
+    orig = nn_model.speed_probe
+    nn_model.speed_probe = lambda: orig(heavy)
+    try:
+        r = measure_runtime(m, None, machine, steps=3, warmup=1)
+    finally:
+        nn_model.speed_probe = orig
+    assert r["measured_host_probe_s"] > 20 * r["measured_control_cpu_s"] > 0

@@ -42,3 +42,14 @@ def test_drift_is_the_largest_move_against_the_calibration():
 def test_spread_of_one_row_over_processes():
     assert bench.spread([4.0, 5.0, 4.5]) == pytest.approx(1.0 / 4.5)
     assert bench.spread([3.0, 3.0, 3.0]) == 0.0
+
+
+def test_the_host_s_speed_over_a_run_is_reported():
+    assert bench.slowdown_text({}) == "host speed: not measured"
+    text = bench.slowdown_text({"host_slowdown": [1.0, 1.1, None, 1.5], "host_retakes": 3})
+    assert "x1.10 its calibrated quiet speed" in text  # the median over the measured rows
+    assert "x1.00-x1.50" in text and "1 of 3 rows over x1.2" in text
+    assert "3 fits taken again" in text
+    assert bench.host_text(None, 0) == ""
+    assert bench.host_text(1.234, 0) == " | host x1.23"
+    assert bench.host_text(1.5, 2) == " | host x1.50 retook 2"
