@@ -180,15 +180,25 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+#: options that take no value (``_without`` drops them alone)
+FLAGS = ("--recalibrate", "--quiet-host", "--no-overhead")
+
+
 def _without(argv: list[str], *names: str) -> list[str]:
-    """``argv`` less the options ``names`` and their values."""
+    """``argv`` less the options ``names`` and their values (none for
+    :data:`FLAGS`).
+
+    >>> _without(["--recalibrate", "--quiet-host", "--json", "x", "--fits", "3"],
+    ...          "--recalibrate", "--json")
+    ['--quiet-host', '--fits', '3']
+    """
     out, skip = [], False
     for a in argv:
         if skip:
             skip = False
             continue
         if a in names:
-            skip = True
+            skip = a not in FLAGS
             continue
         if any(a.startswith(n + "=") for n in names):
             continue
