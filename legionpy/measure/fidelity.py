@@ -20,7 +20,7 @@ it sits above :mod:`legionpy.nn` and :mod:`legionpy.models`.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -33,9 +33,11 @@ from ..mapper.resolve import resolve_strategy
 from ..optimizer.breakdown import breakdown, worst_term
 from ..optimizer.fidelity import RuntimeOverhead, relative_error, simulate_strategy
 from ..optimizer.machine import Machine
+from ..optimizer.strategy import Strategy
 from ..probe.hostspeed import median_probe, retake, slowdown
 from ..probe.overhead import background_cores, cpu_clock
 from ..runtime.mpi import allgather, bcast_root, launched_under_mpi, on_rank0_alone
+from .control import control_offset, control_profile
 
 __all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "predict_model",
            "train_prediction", "optimizer_update_terms", "local_judge", "LOCAL_COST",
@@ -311,7 +313,8 @@ def optimizer_update_terms(optimizer: Any) -> tuple[int, float]:
 def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_COST,
             overhead: bool | RuntimeOverhead = True,
             background_cores: float | None = None, sync: str | None = None,
-            optimizer: Any = None, trace: str | None = None) -> dict[str, Any]:
+            optimizer: Any = None, trace: str | None = None,
+            control_s: float | None = None) -> dict[str, Any]:
     """The local machine model's prediction of one training iteration of
     ``graph`` under ``strategy`` (a Strategy): the simulator with ``cost``
     and this machine's cached :class:`RuntimeOverhead` (``overhead=True``),
@@ -321,7 +324,11 @@ def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_CO
     that many cores busy (:meth:`RuntimeOverhead.under_load`); ``optimizer``:
     the training's (:func:`optimizer_update_terms`; None: plain SGD);
     ``trace``: rank 0 writes the simulated timeline there (Perfetto JSON,
-    for ``legionpy compare-traces``). Use
+    for ``legionpy compare-traces``); ``control_s``: the control thread's
+    measured CPU per step of this model on one device
+    (:func:`~legionpy.measure.control.control_profile`): the overhead's
+    ``step_s`` moves by its difference from the model's own figure for that
+    run (``control_offset_s`` in the result). Use
     :func:`predict_model` for a compiled model: it takes every input from
     it. Returns
     :func:`~legionpy.optimizer.fidelity.simulate_strategy`'s dict (rank 0's
@@ -349,9 +356,21 @@ def predict(graph: Any, strategy: Any, machine: Any = None, cost: Any = LOCAL_CO
         cost = StepCostModel.local()
         prime_alone(cost, graph, strategy, machine)
     fields, uscale = optimizer_update_terms(optimizer)
-    return bcast_root(simulate_strategy(graph, machine, strategy, cost, ovh, sync=sync,
-                                        update_fields=fields, update_scale=uscale,
-                                        trace=trace if lr.get_runtime().rank == 0 else None))
+    offset = 0.0
+    if ovh is not None and control_s is not None:
+        # the model's own control time for the profiled one-device run: counts
+        # only, so the analytic kernels serve
+        single = simulate_strategy(graph, machine, Strategy.single_device(graph, machine),
+                                   "analytic", ovh, sync=sync, update_fields=fields,
+                                   update_scale=uscale)
+        offset = control_offset(control_s, single.get("control_busy_s"))
+        ovh = replace(ovh, step_s=max(0.0, ovh.step_s + offset))
+    out = simulate_strategy(graph, machine, strategy, cost, ovh, sync=sync,
+                            update_fields=fields, update_scale=uscale,
+                            trace=trace if lr.get_runtime().rank == 0 else None)
+    if control_s is not None:
+        out["control_profile_s"], out["control_offset_s"] = control_s, offset
+    return bcast_root(out)
 
 
 def prime_alone(cm: Any, graph: Any, strategy: Any, machine: Any) -> None:
@@ -390,7 +409,8 @@ def local_judge(graph: Any, strategy: Any, machine: Any) -> float | None:
 
 def predict_model(model: Any, strategy: Any = None, background_cores: float | None = None,
                   cost: Any = LOCAL_COST, overhead: bool | RuntimeOverhead = True,
-                  machine: Any = None, trace: str | None = None) -> dict[str, Any]:
+                  machine: Any = None, trace: str | None = None,
+                  profile_control: bool = True) -> dict[str, Any]:
     """THE local machine model's prediction for a compiled ``nn.Model``:
     :func:`predict` with every input taken from the model -- its graph (so
     its batch and scale), strategy (or ``strategy``), gradient sync and
@@ -398,17 +418,30 @@ def predict_model(model: Any, strategy: Any = None, background_cores: float | No
     ``cost`` (:data:`LOCAL_COST`) and this machine's cached overhead.
     ``legionpy train`` (:func:`train_prediction`), ``simulate --compare``
     (:func:`compare`) and the benches all predict through it, so one
-    configuration gets one number (issue 26). Collective under MPI."""
+    configuration gets one number (issue 26). ``profile_control``: with the
+    overhead, the control thread's cost is this model's, profiled on one
+    device (:mod:`legionpy.measure.control`; cached, ~1 s the first time).
+    Collective under MPI."""
     ex = getattr(model, "_ex", None)
     if ex is None:
         from ..errors import ModelError
 
         raise ModelError(f"predict_model needs a compiled model, got an uncompiled "
                          f"{type(model).__name__}: call model.compile(...) first")
+    machine = machine or Machine.local()
+    control = None
+    if overhead is not False and overhead is not None and profile_control:
+        ovh = overhead if isinstance(overhead, RuntimeOverhead) else None
+        if ovh is None:
+            from .calibration import runtime_overhead
+
+            ovh = runtime_overhead(machine)
+        ref = (ovh.calibration or {}).get("host_probe_s")
+        control = control_profile(model, machine, measure_runtime, ref)
     return predict(model.graph, strategy if strategy is not None else model.strategy,
-                   machine or Machine.local(), cost, overhead,
+                   machine, cost, overhead,
                    background_cores=background_cores, sync=ex.sync,
-                   optimizer=model.optimizer, trace=trace)
+                   optimizer=model.optimizer, trace=trace, control_s=control)
 
 
 def train_prediction(model: Any, measured_s: float,
@@ -420,8 +453,6 @@ def train_prediction(model: Any, measured_s: float,
     programs used meanwhile (``loaded_iteration_s``), ``measured_iteration_s``
     and the ``prediction_error`` of the loaded prediction (of the plain one
     when nothing was measured). Collective under MPI."""
-    from ..optimizer import Strategy
-
     machine = Machine.local()
     mine = predict_model(model, machine=machine)["iteration_time_s"]
     data = Strategy.data_parallel(model.graph, machine)

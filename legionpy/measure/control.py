@@ -1,0 +1,128 @@
+"""The control thread's cost of a model, profiled on one device (issue 26).
+
+The local machine model charges the control thread (the thread that runs
+``fit``: the batch's gather, the step's trace replay, every launch and fill)
+``step_s`` a step plus per-task, per-requirement and per-copy terms
+regressed on synthetic calibration models. Those models' launches are
+cheaper than the zoo's: fitted on one calibration's rows, the regression
+predicted the zoo's control-thread CPU 27% low on average (alexnet 447 us
+a step for 968 measured; 28 Nov: 0.5 ms against 1.6 on alexnet's one-device
+row), and adding the ops' count or the input's bytes as regressors left it
+19-25% low (docs/decisions.md). The difference is per model: alexnet's
+batch gather (its 786 KB input) and its launches' argument handling, an
+RNN's many fills.
+
+So the control thread is profiled per model, as FlexFlow profiles each
+operator's kernel: :func:`control_profile` trains a twin of the model (its
+graph, optimizer and loss, compiled ``single``: every op on the first
+device) for a few steps and keeps the control thread's CPU per step
+(cached per model and machine in ``$LEGIONPY_CACHE/control-v1.json``,
+the fits retaken while the host ran Python slowly:
+:mod:`legionpy.probe.hostspeed`). :func:`control_offset` is that figure
+less the model's own control time for the same one-device run; the
+prediction of any strategy of the model then adds it to ``step_s``, so the
+regression still says how strategies differ (points, requirements,
+copies) and the profile says where the model's level is.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from ..atomic import cache_dir
+from ..optimizer.search import graph_hash
+from ..optimizer.strategy import Strategy, atomic_write_json
+from ..probe.hostspeed import median_probe, retake
+from ..runtime.mpi import bcast_root
+
+__all__ = ["control_profile", "control_offset", "CONTROL_STEPS", "CONTROL_WARMUP",
+           "CONTROL_FITS"]
+
+#: timed and untimed steps of each profiling fit, and the fits kept
+CONTROL_STEPS = 8
+CONTROL_WARMUP = 3
+CONTROL_FITS = 3
+
+
+def _path() -> str:
+    return os.path.join(str(cache_dir()), "control-v1.json")
+
+
+def _read() -> dict:
+    try:
+        with open(_path()) as f:
+            got = json.load(f)
+        return got if isinstance(got, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _twin(model: Any) -> Any:
+    """An uncompiled model with a copy of ``model``'s graph, its seed and
+    name (its optimizer and loss are given at compile). Not the graph
+    itself: two compiled models sharing one graph ran the twin's steps with
+    1.5-2x the control-thread CPU (rnntc on one device: 1.3-1.6 ms against
+    0.76-0.87 with a copy, 0.93-1.03 for the model built afresh)."""
+    twin = type(model).__new__(type(model))
+    type(model).__init__(twin, model.batch_size, seed=model.seed, name=model.graph.name)
+    twin.graph = copy.deepcopy(model.graph)
+    return twin
+
+
+def control_profile(model: Any, machine: Any,
+                    measure: Callable[..., dict[str, Any]],
+                    reference: float | None = None) -> float | None:
+    """The control thread's CPU seconds per step of the compiled ``model``
+    trained on one device of ``machine`` (module doc); ``measure`` is
+    :func:`~legionpy.measure.fidelity.measure_runtime`, ``reference`` the
+    calibration's quiet host probe. Cached; None when the model cannot run
+    on one device. Collective under MPI."""
+    key = graph_hash(model.graph, machine, optimizer=type(model.optimizer).__name__,
+                     loss=model.loss, v=1)
+    have = bcast_root(_read().get(key))
+    if have is not None:
+        return float(have["control_s"])
+    twin = _twin(model)
+    single = Strategy.single_device(model.graph, machine)
+    taken: list[int] = []
+
+    def fit() -> dict[str, Any]:
+        first = not taken
+        taken.append(1)
+        if first:
+            twin.compile(optimizer=copy.deepcopy(model.optimizer), loss=model.loss,
+                         strategy=single, machine=machine)
+        return measure(twin, None, machine, steps=CONTROL_STEPS, warmup=CONTROL_WARMUP)
+
+    try:
+        runs, _ = retake(fit, reference, CONTROL_FITS)
+    except Exception:  # noqa: BLE001 - a model one device cannot hold: no profile
+        return None
+    control = float(statistics.median(r["measured_control_cpu_s"] for r in runs))
+    from ..runtime import get_runtime
+
+    if get_runtime().rank == 0:
+        table = _read()
+        table[key] = {"model": model.graph.name, "control_s": control,
+                      "host_probe_s": median_probe(runs)}
+        os.makedirs(os.path.dirname(_path()), exist_ok=True)
+        atomic_write_json(_path(), table)
+    return control
+
+
+def control_offset(profile: float | None, modelled: float | None) -> float:
+    """Seconds a step to add to the control thread's modelled time: the
+    profile less the model's figure for the same one-device run (0 when
+    either is unknown).
+
+    >>> round(control_offset(1.5e-3, 0.5e-3), 6), control_offset(None, 0.5e-3)
+    (0.001, 0.0)
+    """
+    if profile is None or modelled is None:
+        return 0.0
+    return profile - modelled

@@ -1,0 +1,90 @@
+"""The control thread's cost profiled per model on one device
+(legionpy/measure/control.py): the prediction's level for the model, the
+calibration's regression for how strategies differ."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import legionpy.runtime as lr
+from legionpy import nn
+from legionpy.measure import control
+from legionpy.measure.fidelity import measure_runtime, predict_model
+from legionpy.optimizer import Machine, Strategy
+from legionpy.optimizer.fidelity import RuntimeOverhead
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("LEGIONPY_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def rt2():
+    rt = lr.init(cpus=2, executor="threads")
+    yield rt
+    lr.shutdown()
+
+
+def _mlp() -> nn.Model:
+    m = nn.Model(batch_size=8, seed=0, name="tiny_mlp")
+    x = m.input((8,))
+    for _ in range(3):
+        x = m.dense(x, 8, activation="relu")
+    m.softmax(m.dense(x, 4))
+    return m
+
+
+#: figures of a calibration, small enough that the one-device profile differs
+OVERHEAD = RuntimeOverhead(step_s=1e-5, launch_s=1e-6, task_s=5e-6)
+
+
+def test_the_profile_is_the_one_device_control_time_and_is_cached(cache, rt2):
+    machine = Machine.local()
+    m = _mlp()
+    m.compile(optimizer=nn.SGD(lr=1e-3), strategy="data", machine=machine)
+    got = control.control_profile(m, machine, measure_runtime)
+    assert got is not None and 1e-5 < got < 0.05
+    table = json.loads((cache / "control-v1.json").read_text())
+    assert [v["control_s"] for v in table.values()] == [got]
+
+    def fails(*a, **k):
+        raise AssertionError("a cached profile is not measured again")
+    assert control.control_profile(m, machine, fails) == got
+    # the user's model is untouched: it still trains under its own strategy
+    x = np.random.default_rng(0).standard_normal((16, 8)).astype(np.float32)
+    h = m.fit(x, np.zeros(16, dtype=np.int64), epochs=1, verbose=0)
+    assert len(h["step_loss"]) == 2 and m.strategy != Strategy.single_device(m.graph, machine)
+
+
+def test_the_prediction_moves_the_control_level_to_the_profile(cache, rt2):
+    """On one device the model's control time becomes the profile; another
+    strategy keeps the regression's difference from it."""
+    machine = Machine.local()
+    m = _mlp()
+    m.compile(optimizer=nn.SGD(lr=1e-3), strategy="data", machine=machine)
+    single = Strategy.single_device(m.graph, machine)
+    plain = predict_model(m, single, overhead=OVERHEAD, cost="analytic",
+                          profile_control=False)
+    out = predict_model(m, single, overhead=OVERHEAD, cost="analytic")
+    assert "control_profile_s" not in plain
+    assert out["control_busy_s"] == pytest.approx(out["control_profile_s"], rel=1e-9)
+    assert out["control_offset_s"] == pytest.approx(
+        out["control_profile_s"] - plain["control_busy_s"], rel=1e-9)
+    data_plain = predict_model(m, overhead=OVERHEAD, cost="analytic", profile_control=False)
+    data = predict_model(m, overhead=OVERHEAD, cost="analytic")
+    assert data["control_busy_s"] - data_plain["control_busy_s"] == pytest.approx(
+        out["control_offset_s"], rel=1e-6)
+    # without the runtime's overhead there is no control thread to profile
+    bare = predict_model(m, overhead=False, cost="analytic")
+    assert "control_profile_s" not in bare
+
+
+def test_control_offset():
+    assert control.control_offset(2e-3, 5e-4) == pytest.approx(1.5e-3)
+    assert control.control_offset(1e-4, 5e-4) == pytest.approx(-4e-4)
+    assert control.control_offset(None, 1.0) == 0.0 and control.control_offset(1.0, None) == 0.0
