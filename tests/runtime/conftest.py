@@ -14,6 +14,21 @@ def rt1():
 
 
 @pytest.fixture
+def rt2():
+    """A fresh threaded runtime with 2 CPU devices; shut down afterwards."""
+    rt = lr.init(cpus=2, executor="threads")
+    yield rt
+    lr.shutdown()
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A private LEGIONPY_CACHE (cost tables, calibrations, profiles)."""
+    monkeypatch.setenv("LEGIONPY_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
 def rt4():
     """A fresh threaded runtime with 4 CPU devices; shut down afterwards."""
     rt = lr.init(cpus=4, executor="threads")

@@ -9,25 +9,11 @@ import json
 import numpy as np
 import pytest
 
-import legionpy.runtime as lr
 from legionpy import nn
 from legionpy.measure import control
 from legionpy.measure.fidelity import measure_runtime, predict_model
 from legionpy.optimizer import Machine, Strategy
 from legionpy.optimizer.fidelity import RuntimeOverhead
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LEGIONPY_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
-@pytest.fixture
-def rt2():
-    rt = lr.init(cpus=2, executor="threads")
-    yield rt
-    lr.shutdown()
 
 
 def _mlp() -> nn.Model:

@@ -25,20 +25,6 @@ from legionpy.optimizer.fidelity import (
 )
 
 
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    """A private LEGIONPY_CACHE (cost table, overhead figures)."""
-    monkeypatch.setenv("LEGIONPY_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
-@pytest.fixture
-def rt2():
-    rt = lr.init(cpus=2, executor="threads")
-    yield rt
-    lr.shutdown()
-
-
 def test_kendall_tau_hand_computed():
     # pairs of [1,2,3,4] vs [10,20,40,30]: 5 concordant, 1 discordant -> 4/6
     assert kendall_tau([1, 2, 3, 4], [10, 20, 40, 30]) == pytest.approx(4 / 6)
