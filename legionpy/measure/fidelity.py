@@ -452,15 +452,19 @@ def train_prediction(model: Any, measured_s: float,
     this machine to itself), the same for the ``background_cores`` other
     programs used meanwhile (``loaded_iteration_s``), ``measured_iteration_s``
     and the ``prediction_error`` of the loaded prediction (of the plain one
-    when nothing was measured). Collective under MPI."""
+    when nothing was measured); ``control_profile_s``: the model's control
+    thread as profiled on one device (:mod:`legionpy.measure.control`).
+    Collective under MPI."""
     machine = Machine.local()
-    mine = predict_model(model, machine=machine)["iteration_time_s"]
+    sim = predict_model(model, machine=machine)
+    mine = sim["iteration_time_s"]
     data = Strategy.data_parallel(model.graph, machine)
     dp = mine if data == model.strategy else predict_model(
         model, data, machine=machine)["iteration_time_s"]
     loaded = predict_model(model, background_cores=background_cores,
                            machine=machine)["iteration_time_s"] if background_cores else mine
     return {"simulated_iteration_s": mine, "simulated_data_parallel_s": dp,
+            "control_profile_s": sim.get("control_profile_s"),
             "loaded_iteration_s": loaded, "background_cores": background_cores,
             "measured_iteration_s": measured_s,
             "prediction_error": relative_error(loaded, measured_s),

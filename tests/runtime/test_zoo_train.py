@@ -164,9 +164,12 @@ def test_train_command_json(capsys):
     try:
         g = models.build("rnntc", scale="small").graph
         m = Machine.local()
-        # the same inputs train's prediction takes from its compiled model (Adam)
+        # the same inputs train's prediction takes from its compiled model
+        # (Adam), and its control thread's profile (measure/control.py)
+        assert r["control_profile_s"] > 0
         again = predict(g, Strategy.data_parallel(g, m), m,
-                        optimizer=default_optimizer("rnntc"))["iteration_time_s"]
+                        optimizer=default_optimizer("rnntc"),
+                        control_s=r["control_profile_s"])["iteration_time_s"]
     finally:
         lr.shutdown()
     assert again == r["simulated_iteration_s"]
