@@ -33,6 +33,7 @@ def _configure(p) -> None:
 def _train(args) -> dict:
     from ..models import check_model
     from ..models.training import start_runtime, train_from_args
+    from ..probe.hostspeed import host_speed_text, slowdown
 
     check_model(args.model)
     rt = start_runtime(args.devices)
@@ -62,6 +63,9 @@ def _train(args) -> dict:
                 f"{r['simulated_iteration_s'] * 1e3:.2f} ms on it alone; data parallelism "
                 f"{r['simulated_data_parallel_s'] * 1e3:.2f} ms alone\n"
                 f"  (predictions: the local machine model, as `legionpy simulate --compare`)")
+        slow = slowdown(r.get("host_probe_s"), r.get("host_quiet_probe_s"))
+        if slow is not None:
+            text += f"\n  {host_speed_text(slow)}"
     if r["checkpoint"]:
         text += f"\n  checkpoint: {r['checkpoint']} (run the same command again to continue)"
     out = {"text": text, **r}

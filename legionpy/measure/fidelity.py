@@ -453,8 +453,10 @@ def train_prediction(model: Any, measured_s: float,
     programs used meanwhile (``loaded_iteration_s``), ``measured_iteration_s``
     and the ``prediction_error`` of the loaded prediction (of the plain one
     when nothing was measured); ``control_profile_s``: the model's control
-    thread as profiled on one device (:mod:`legionpy.measure.control`).
-    Collective under MPI."""
+    thread as profiled on one device (:mod:`legionpy.measure.control`);
+    ``host_quiet_probe_s``: the calibration's quiet host probe, against which
+    ``legionpy train`` reports how fast the host ran Python meanwhile
+    (:mod:`legionpy.probe.hostspeed`). Collective under MPI."""
     machine = Machine.local()
     sim = predict_model(model, machine=machine)
     mine = sim["iteration_time_s"]
@@ -463,8 +465,10 @@ def train_prediction(model: Any, measured_s: float,
         model, data, machine=machine)["iteration_time_s"]
     loaded = predict_model(model, background_cores=background_cores,
                            machine=machine)["iteration_time_s"] if background_cores else mine
+    ovh = sim.get("overhead") or {}
     return {"simulated_iteration_s": mine, "simulated_data_parallel_s": dp,
             "control_profile_s": sim.get("control_profile_s"),
+            "host_quiet_probe_s": (ovh.get("calibration") or {}).get("host_probe_s"),
             "loaded_iteration_s": loaded, "background_cores": background_cores,
             "measured_iteration_s": measured_s,
             "prediction_error": relative_error(loaded, measured_s),

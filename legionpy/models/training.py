@@ -112,6 +112,7 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     from .. import runtime as lr
     from ..optimizer import Machine
     from ..probe.overhead import background_cores, cpu_clock
+    from ..runtime.mpi import allgather
     from . import build
 
     model = build(name, batch_size=batch_size, scale=scale, seed=seed, **sizes)
@@ -125,6 +126,8 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     start = model.step
     losses: list[float] = []
     stamps: list[float] = []  # when each step finished here (History.step_finished)
+    probes: list[float] = []  # the host-speed probe after each (probe/hostspeed.py)
+    model.probe_host = True
 
     def on_step(step: int, logs: dict) -> None:
         losses.append(float(logs.get("loss", 0.0)))
@@ -148,6 +151,7 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
                 h = model.fit([x[:n * b] for x in rx], ry[:n * b], epochs=epochs,
                               shuffle=False, on_step=on_step, **ck, **kw)
                 stamps.extend(t for t, _ in h.step_finished)
+                probes.extend(h.host_probe)
 
     # The first step alone (it pays for first-touch allocation), then the
     # rest in as few fit calls as the pool allows (one, up to DATA_BATCHES
@@ -175,6 +179,11 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
     k = 3 if len(stamps) > 5 else 0
     steady = ((stamps[-1] - stamps[k]) / (len(stamps) - 1 - k) if len(stamps) > k + 1
               else span / max(timed, 1))
+    model.probe_host = False
+    # how fast the host ran Python over those steps (the slowest rank's)
+    window = probes[k + 1:] if len(probes) > k + 1 else probes
+    host = max((p for p in allgather(sum(window) / len(window) if window else None)
+                if p is not None), default=None)
     sim = predict(model, steady, bg) if predict is not None else {}
     picked = model.strategy.named_as(model.graph, Machine.local()) \
         if strategy == "search" else None
@@ -186,7 +195,7 @@ def train(name: str, strategy: Any = "data", steps: int = 20, batch_size: int | 
             "first_loss": losses[0] if losses else None,
             "final_loss": losses[-1] if losses else None, "losses": losses,
             "samples_per_s": timed * b / max(span, 1e-9), "seconds": end - t0,
-            "measured_iteration_s": steady, "background_cores": bg,
+            "measured_iteration_s": steady, "background_cores": bg, "host_probe_s": host,
             "cuda_graphs": {**{k: rt.tracer.graphs.stats[k]
                                for k in ("captured", "launched", "replaced")},
                             "off_because": rt.tracer.graphs.why_off}}

@@ -63,7 +63,7 @@ class History(dict):
     and ``device_span_cpu``, the same of their tasks' bodies alone; and
     ``host_probe``, after each step's stamp, the CPU seconds of a fixed piece
     of interpreter work (:func:`legionpy.probe.hostspeed.speed_probe`: how
-    fast the host ran Python then).
+    fast the host ran Python then; also while ``Model.probe_host`` is set).
     Under ``mpirun`` a step's results (and ``on_step``) arrive later, in
     batches (``MPI_RESULTS_EVERY``)."""
 
@@ -94,6 +94,9 @@ class Model:
         self._step = 0
         self._epoch = 0  # completed epochs
         self._batch = 0  # batches done in the epoch fit is in
+        #: run the host-speed probe after every step (``History.host_probe``),
+        #: as while ``measure_runtime`` measures; ``legionpy train`` sets it
+        self.probe_host = False
 
     @property
     def batch_size(self) -> int:
@@ -378,6 +381,7 @@ class Model:
             if ex.rt.counting_span_cpu:  # measuring (measure_runtime): kept per step
                 hist.device_cpu.append(ex.rt.worker_cpu())
                 hist.device_span_cpu.append(ex.rt.worker_span_cpu())
+            if ex.rt.counting_span_cpu or self.probe_host:
                 hist.host_probe.append(speed_probe())
             unsent.append(fm)
             if now or not fm.collective or len(unsent) >= execution.MPI_RESULTS_EVERY:

@@ -153,6 +153,8 @@ def test_train_command_json(capsys):
     for key in ("samples_per_s", "final_loss", "first_loss", "steps", "strategy"):
         assert key in r
     assert r["steps"] == 3 and r["strategy"] == "data" and r["samples_per_s"] > 0
+    # how fast the host ran Python meanwhile, and its calibrated quiet figure
+    assert r["host_probe_s"] > 0 and r["host_quiet_probe_s"] > 0
     # data parallel ran, so the simulator's two predictions are the same strategy
     assert r["simulated_iteration_s"] == r["simulated_data_parallel_s"] > 0
     # the prediction is the local machine model's, as simulate --compare makes it
