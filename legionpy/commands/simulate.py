@@ -16,7 +16,7 @@ idle; ``terms`` and ``worst_term`` in ``--json``,
 ``--no-overhead``; ``kernel_time_s`` is the plain simulator's figure. It
 also says how fast the host ran Python while it measured, against the
 calibration (``host_slowdown``, :mod:`legionpy.probe.hostspeed`), and takes
-the measurement again, up to twice, while that is over
+the measurement again, up to twice and within 10 s, while that is over
 :data:`~legionpy.probe.hostspeed.QUIET_SLOWDOWN` (``host_retakes``). Under
 MPI every rank runs and rank 0 prints.
 """

@@ -41,12 +41,16 @@ from ..probe.hostspeed import median_probe, retake
 from ..runtime.mpi import bcast_root
 
 __all__ = ["control_profile", "control_offset", "CONTROL_STEPS", "CONTROL_WARMUP",
-           "CONTROL_FITS"]
+           "CONTROL_FITS", "CONTROL_MAX_STEP_S"]
 
 #: timed and untimed steps of each profiling fit, and the fits kept
 CONTROL_STEPS = 8
 CONTROL_WARMUP = 3
 CONTROL_FITS = 3
+#: a model whose one-device step is predicted longer is not profiled: the
+#: 33-55 steps would take over 3 s, and the control thread (0.5-3 ms a
+#: step in the zoo at small scale) is then a small part of a step
+CONTROL_MAX_STEP_S = 0.1
 
 
 def _path() -> str:

@@ -37,7 +37,7 @@ from ..optimizer.strategy import Strategy
 from ..probe.hostspeed import median_probe, retake, slowdown
 from ..probe.overhead import background_cores, cpu_clock
 from ..runtime.mpi import allgather, bcast_root, launched_under_mpi, on_rank0_alone
-from .control import control_offset, control_profile
+from .control import CONTROL_MAX_STEP_S, control_offset, control_profile
 
 __all__ = ["FidelityResult", "compare", "measure_runtime", "predict", "predict_model",
            "train_prediction", "optimizer_update_terms", "local_judge", "LOCAL_COST",
@@ -420,7 +420,10 @@ def predict_model(model: Any, strategy: Any = None, background_cores: float | No
     (:func:`compare`) and the benches all predict through it, so one
     configuration gets one number (issue 26). ``profile_control``: with the
     overhead, the control thread's cost is this model's, profiled on one
-    device (:mod:`legionpy.measure.control`; cached, ~1 s the first time).
+    device (:mod:`legionpy.measure.control`; cached, ~1 s the first time),
+    unless the predicted devices' busy time adds up to more than
+    :data:`CONTROL_MAX_STEP_S` (a one-device step that long would take
+    minutes to profile, and its control thread is a small part of it).
     Collective under MPI."""
     ex = getattr(model, "_ex", None)
     if ex is None:
@@ -429,19 +432,27 @@ def predict_model(model: Any, strategy: Any = None, background_cores: float | No
         raise ModelError(f"predict_model needs a compiled model, got an uncompiled "
                          f"{type(model).__name__}: call model.compile(...) first")
     machine = machine or Machine.local()
-    control = None
-    if overhead is not False and overhead is not None and profile_control:
-        ovh = overhead if isinstance(overhead, RuntimeOverhead) else None
-        if ovh is None:
-            from .calibration import runtime_overhead
+    strategy = strategy if strategy is not None else model.strategy
 
-            ovh = runtime_overhead(machine)
-        ref = (ovh.calibration or {}).get("host_probe_s")
-        control = control_profile(model, machine, measure_runtime, ref)
-    return predict(model.graph, strategy if strategy is not None else model.strategy,
-                   machine, cost, overhead,
-                   background_cores=background_cores, sync=ex.sync,
-                   optimizer=model.optimizer, trace=trace, control_s=control)
+    def run(control: float | None) -> dict[str, Any]:
+        return predict(model.graph, strategy, machine, cost, overhead,
+                       background_cores=background_cores, sync=ex.sync,
+                       optimizer=model.optimizer, trace=trace, control_s=control)
+
+    out = run(None)
+    if overhead is False or overhead is None or not profile_control:
+        return out
+    # a one-device step of more than CONTROL_MAX_STEP_S: the control thread is
+    # a small part of it, and profiling it would take minutes
+    if sum(out.get("per_device_busy_s", {}).values()) > CONTROL_MAX_STEP_S:
+        return out
+    ovh = overhead if isinstance(overhead, RuntimeOverhead) else None
+    if ovh is None:
+        from .calibration import runtime_overhead
+
+        ovh = runtime_overhead(machine)
+    ref = (ovh.calibration or {}).get("host_probe_s")
+    return run(control_profile(model, machine, measure_runtime, ref))
 
 
 def train_prediction(model: Any, measured_s: float,
@@ -473,6 +484,10 @@ def train_prediction(model: Any, measured_s: float,
             "measured_iteration_s": measured_s,
             "prediction_error": relative_error(loaded, measured_s),
             "quiet_prediction_error": relative_error(mine, measured_s)}
+
+
+#: seconds of measurement after which ``compare(quiet=True)`` takes no more
+QUIET_BUDGET_S = 10.0
 
 
 def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
@@ -523,8 +538,8 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
     def measure() -> dict[str, Any]:
         return measure_runtime(m, None, machine, steps=steps, warmup=warmup, seed=seed)
 
-    if quiet:
-        reals, retakes = retake(measure, ref, max(1, fits))
+    if quiet:  # not for long steps: a measurement of seconds is retaken at most once
+        reals, retakes = retake(measure, ref, max(1, fits), budget_s=QUIET_BUDGET_S)
     else:
         reals, retakes = [measure() for _ in range(max(1, fits))], 0
     real = sorted(reals, key=lambda r: r["measured_time_s"])[(len(reals) - 1) // 2]

@@ -79,16 +79,21 @@ def slowdown(probe: float | None, reference: float | None) -> float | None:
 
 
 def retake(measure: Callable[[], dict[str, Any]], reference: float | None, count: int,
-           extra: int = 2, limit: float = QUIET_SLOWDOWN) -> tuple[list[dict], int]:
+           extra: int = 2, limit: float = QUIET_SLOWDOWN,
+           budget_s: float | None = None) -> tuple[list[dict], int]:
     """``count`` measurements (``measure()`` returns a dict with
     ``measured_host_probe_s``), plus up to ``extra`` more while fewer than
     ``count`` of them ran on a quiet host (probe within ``limit`` times
-    ``reference``; the reference None: the quietest probe seen so far).
+    ``reference``; the reference None: the quietest probe seen so far),
+    and, given ``budget_s``, while the measurements so far took less than
+    that many seconds (a step of seconds is not retaken for a slow stretch
+    of the host's).
     Returns the ``count`` quietest (by probe, never by the measured time)
     in the order taken, and how many were taken beyond ``count``. Under MPI
     every rank must see the same probes (``measure_runtime``'s are the
     ranks' maximum), so every rank measures the same number of times."""
     runs: list[dict] = []
+    t0 = time.perf_counter()
 
     def quiet(r: dict, ref: float | None) -> bool:
         s = slowdown(r.get("measured_host_probe_s"), ref)
@@ -101,7 +106,8 @@ def retake(measure: Callable[[], dict[str, Any]], reference: float | None, count
         if ref == float("inf"):
             ref = None
         done = sum(1 for r in runs if quiet(r, ref)) >= count
-        if len(runs) >= count and (done or len(runs) >= count + extra):
+        spent = budget_s is not None and time.perf_counter() - t0 >= budget_s
+        if len(runs) >= count and (done or spent or len(runs) >= count + extra):
             break
     keep = sorted(range(len(runs)),
                   key=lambda k: runs[k].get("measured_host_probe_s") or 0.0)[:count]

@@ -74,3 +74,17 @@ def test_control_offset():
     assert control.control_offset(2e-3, 5e-4) == pytest.approx(1.5e-3)
     assert control.control_offset(1e-4, 5e-4) == pytest.approx(-4e-4)
     assert control.control_offset(None, 1.0) == 0.0 and control.control_offset(1.0, None) == 0.0
+
+
+def test_a_long_step_is_not_profiled(cache, rt2, monkeypatch):
+    """Over CONTROL_MAX_STEP_S of predicted busy time a step, no profile (it
+    would take minutes, and the control thread is a small part of a step)."""
+    from legionpy.measure import fidelity
+
+    machine = Machine.local()
+    m = _mlp()
+    m.compile(optimizer=nn.SGD(lr=1e-3), strategy="data", machine=machine)
+    monkeypatch.setattr(fidelity, "CONTROL_MAX_STEP_S", 0.0)
+    out = predict_model(m, overhead=OVERHEAD, cost="analytic")
+    assert "control_profile_s" not in out
+    assert not (cache / "control-v1.json").exists()

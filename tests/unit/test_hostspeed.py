@@ -92,3 +92,9 @@ def test_the_limit(slow: float) -> None:
     measure, calls = _fits([slow, 1.0, 1.0])
     _, again = retake(measure, 1.0, 1)
     assert again == (0 if slow <= QUIET_SLOWDOWN else 1)
+
+
+def test_a_spent_budget_takes_no_more_fits() -> None:
+    measure, calls = _fits([2.0] * 5)
+    runs, again = retake(measure, 1.0, 1, budget_s=0.0)
+    assert again == 0 and len(calls) == 1
