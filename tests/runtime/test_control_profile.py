@@ -88,3 +88,20 @@ def test_a_long_step_is_not_profiled(cache, rt2, monkeypatch):
     out = predict_model(m, overhead=OVERHEAD, cost="analytic")
     assert "control_profile_s" not in out
     assert not (cache / "control-v1.json").exists()
+
+
+def test_the_profile_is_scaled_to_the_quiet_host_speed(cache, rt2):
+    """A profile taken while the host ran Python 1.5x slower than the
+    calibration's quiet figure is scaled back to it, cached raw, and scaled
+    again against whatever reference a later calibration gives."""
+    machine = Machine.local()
+    m = _mlp()
+    m.compile(optimizer=nn.SGD(lr=1e-3), strategy="data", machine=machine)
+
+    def slow(*a, **k):
+        return {"measured_control_cpu_s": 3e-3, "measured_host_probe_s": 15e-6}
+    assert control.control_profile(m, machine, slow, reference=10e-6) == pytest.approx(2e-3)
+    table = json.loads((cache / "control-v1.json").read_text())
+    assert [v["control_s"] for v in table.values()] == [3e-3]
+    assert control.control_profile(m, machine, slow, reference=15e-6) == pytest.approx(3e-3)
+    assert control.control_profile(m, machine, slow, reference=None) == pytest.approx(3e-3)
