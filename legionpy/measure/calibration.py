@@ -75,6 +75,7 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -220,7 +221,7 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
             c0 = cpu_clock()
             # a fit that ran while the host ran Python slowly (its other
             # tenants, probe/hostspeed.py) is taken again, up to twice a row
-            runs, again = retake(_row_fits(m, strat, machine, steps, warmup),
+            runs, again = retake(functools.partial(_row_fit, m, strat, machine, steps, warmup),
                                  quiet_reference(seen), max(1, repeats))
             seen.extend(r["measured_host_probe_s"] for r in runs)
             # the load over the row's whole time (0.3-1 s): one fit's window
@@ -285,17 +286,12 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
             "taskgraphs": graphs}
 
 
-def _row_fits(model: Any, strategy: Any, machine: Any, steps: int,
-              warmup: int) -> Any:
-    """A calibration row's fits, one per call: the first compiles ``model``
-    with ``strategy``; rank 0's figures on every rank."""
-    taken = []
-
-    def measure() -> dict[str, Any]:
-        taken.append(1)
-        return bcast_root(measure_runtime(model, strategy if len(taken) == 1 else None,
-                                          machine, steps=steps, warmup=warmup))
-    return measure
+def _row_fit(model: Any, strategy: Any, machine: Any, steps: int, warmup: int,
+             attempt: int) -> dict[str, Any]:
+    """A calibration row's fit ``attempt`` (the first compiles ``model`` with
+    ``strategy``); rank 0's figures on every rank."""
+    return bcast_root(measure_runtime(model, strategy if attempt == 0 else None, machine,
+                                      steps=steps, warmup=warmup))
 
 
 def finish_terms(rows: list[dict]) -> dict[str, float]:

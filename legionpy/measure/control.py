@@ -29,16 +29,17 @@ model's level is.
 from __future__ import annotations
 
 import copy
-import json
 import os
 import statistics
 from collections.abc import Callable
 from typing import Any
 
 from ..atomic import cache_dir
+from ..optimizer.costmodel import cached_table, merge_table
 from ..optimizer.search import graph_hash
-from ..optimizer.strategy import Strategy, atomic_write_json
+from ..optimizer.strategy import Strategy
 from ..probe.hostspeed import median_probe, retake
+from ..runtime import get_runtime
 from ..runtime.mpi import bcast_root
 
 __all__ = ["control_profile", "control_offset", "at_quiet_speed", "CONTROL_STEPS",
@@ -55,16 +56,8 @@ CONTROL_MAX_STEP_S = 0.1
 
 
 def _path() -> str:
+    """The cache: ``{model key: [control seconds a step, host probe]}``."""
     return os.path.join(str(cache_dir()), "control-v1.json")
-
-
-def _read() -> dict:
-    try:
-        with open(_path()) as f:
-            got = json.load(f)
-        return got if isinstance(got, dict) else {}
-    except (OSError, ValueError):
-        return {}
 
 
 def _twin(model: Any) -> Any:
@@ -89,34 +82,22 @@ def control_profile(model: Any, machine: Any,
     on one device. Collective under MPI."""
     key = graph_hash(model.graph, machine, optimizer=type(model.optimizer).__name__,
                      loss=model.loss, v=1)
-    have = bcast_root(_read().get(key))
+    have = bcast_root(cached_table(_path()).get(key))
     if have is not None:
-        return at_quiet_speed(have["control_s"], have.get("host_probe_s"), reference)
+        return at_quiet_speed(*have, reference)
     twin = _twin(model)
-    single = Strategy.single_device(model.graph, machine)
-    taken: list[int] = []
-
-    def fit() -> dict[str, Any]:
-        first = not taken
-        taken.append(1)
-        if first:
-            twin.compile(optimizer=copy.deepcopy(model.optimizer), loss=model.loss,
-                         strategy=single, machine=machine)
-        return measure(twin, None, machine, steps=CONTROL_STEPS, warmup=CONTROL_WARMUP)
-
     try:
-        runs, _ = retake(fit, reference, CONTROL_FITS)
+        twin.compile(optimizer=copy.deepcopy(model.optimizer), loss=model.loss,
+                     strategy=Strategy.single_device(model.graph, machine), machine=machine)
+        runs, _ = retake(lambda _: measure(twin, None, machine, steps=CONTROL_STEPS,
+                                           warmup=CONTROL_WARMUP), reference, CONTROL_FITS)
     except Exception:  # noqa: BLE001 - a model one device cannot hold: no profile
         return None
     control = float(statistics.median(r["measured_control_cpu_s"] for r in runs))
     probe = median_probe(runs)
-    from ..runtime import get_runtime
-
     if get_runtime().rank == 0:
-        table = _read()
-        table[key] = {"model": model.graph.name, "control_s": control, "host_probe_s": probe}
         os.makedirs(os.path.dirname(_path()), exist_ok=True)
-        atomic_write_json(_path(), table)
+        merge_table(_path(), {key: [control, probe]})
     return at_quiet_speed(control, probe, reference)
 
 

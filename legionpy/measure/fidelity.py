@@ -446,13 +446,14 @@ def predict_model(model: Any, strategy: Any = None, background_cores: float | No
     # a small part of it, and profiling it would take minutes
     if sum(out.get("per_device_busy_s", {}).values()) > CONTROL_MAX_STEP_S:
         return out
-    ovh = overhead if isinstance(overhead, RuntimeOverhead) else None
-    if ovh is None:
-        from .calibration import runtime_overhead
+    return run(control_profile(model, machine, measure_runtime, quiet_probe(out)))
 
-        ovh = runtime_overhead(machine)
-    ref = (ovh.calibration or {}).get("host_probe_s")
-    return run(control_profile(model, machine, measure_runtime, ref))
+
+def quiet_probe(sim: dict[str, Any]) -> float | None:
+    """The host's quiet probe (:mod:`legionpy.probe.hostspeed`) of the
+    calibration a :func:`predict` result ``sim`` used (None without one)."""
+    return (((sim.get("overhead") or {}).get("calibration") or {})
+            .get("host_probe_s"))
 
 
 def train_prediction(model: Any, measured_s: float,
@@ -476,10 +477,9 @@ def train_prediction(model: Any, measured_s: float,
         model, data, machine=machine)["iteration_time_s"]
     loaded = predict_model(model, background_cores=background_cores,
                            machine=machine)["iteration_time_s"] if background_cores else mine
-    ovh = sim.get("overhead") or {}
     return {"simulated_iteration_s": mine, "simulated_data_parallel_s": dp,
             "control_profile_s": sim.get("control_profile_s"),
-            "host_quiet_probe_s": (ovh.get("calibration") or {}).get("host_probe_s"),
+            "host_quiet_probe_s": quiet_probe(sim),
             "loaded_iteration_s": loaded, "background_cores": background_cores,
             "measured_iteration_s": measured_s,
             "prediction_error": relative_error(loaded, measured_s),
@@ -533,15 +533,15 @@ def compare(model: Any, strategy: Any = "data", *, scale: str = "small",
     m.compile(optimizer=opt, loss="sparse_categorical_crossentropy", strategy=strat,
               machine=machine, sync=sync)
     sim = predict_model(m, cost=cost, overhead=overhead, machine=machine, trace=trace)
-    ref = ((sim.get("overhead") or {}).get("calibration") or {}).get("host_probe_s")
+    ref = quiet_probe(sim)
 
-    def measure() -> dict[str, Any]:
+    def measure(_: int) -> dict[str, Any]:
         return measure_runtime(m, None, machine, steps=steps, warmup=warmup, seed=seed)
 
-    if quiet:  # not for long steps: a measurement of seconds is retaken at most once
-        reals, retakes = retake(measure, ref, max(1, fits), budget_s=QUIET_BUDGET_S)
-    else:
-        reals, retakes = [measure() for _ in range(max(1, fits))], 0
+    # quiet: a busy host's fit is taken again (not for long steps: a
+    # measurement of seconds is retaken at most once); else exactly ``fits``
+    reals, retakes = retake(measure, ref, max(1, fits), extra=2 if quiet else 0,
+                            budget_s=QUIET_BUDGET_S)
     real = sorted(reals, key=lambda r: r["measured_time_s"])[(len(reals) - 1) // 2]
     t_sim, t_real = sim["iteration_time_s"], real["measured_time_s"]
     bg = real.get("measured_background_cores")

@@ -78,11 +78,11 @@ def slowdown(probe: float | None, reference: float | None) -> float | None:
     return probe / reference
 
 
-def retake(measure: Callable[[], dict[str, Any]], reference: float | None, count: int,
+def retake(measure: Callable[[int], dict[str, Any]], reference: float | None, count: int,
            extra: int = 2, limit: float = QUIET_SLOWDOWN,
            budget_s: float | None = None) -> tuple[list[dict], int]:
-    """``count`` measurements (``measure()`` returns a dict with
-    ``measured_host_probe_s``), plus up to ``extra`` more while fewer than
+    """``count`` measurements (``measure(k)``, k the attempt from 0, returns
+    a dict with ``measured_host_probe_s``), plus up to ``extra`` more while fewer than
     ``count`` of them ran on a quiet host (probe within ``limit`` times
     ``reference``; the reference None: the quietest probe seen so far),
     and, given ``budget_s``, while the measurements so far took less than
@@ -100,11 +100,9 @@ def retake(measure: Callable[[], dict[str, Any]], reference: float | None, count
         return s is None or s <= limit
 
     while True:
-        runs.append(measure())
-        ref = reference or min((r.get("measured_host_probe_s") or float("inf") for r in runs),
+        runs.append(measure(len(runs)))
+        ref = reference or min((p for r in runs if (p := r.get("measured_host_probe_s"))),
                                default=None)
-        if ref == float("inf"):
-            ref = None
         done = sum(1 for r in runs if quiet(r, ref)) >= count
         spent = budget_s is not None and time.perf_counter() - t0 >= budget_s
         if len(runs) >= count and (done or spent or len(runs) >= count + extra):

@@ -19,8 +19,8 @@ def _fits(probes: list[float]):
     """A ``measure`` whose k-th call returns the k-th probe (and its index)."""
     calls = []
 
-    def measure() -> dict:
-        k = len(calls)
+    def measure(k: int) -> dict:
+        assert k == len(calls)  # the attempt's index
         calls.append(k)
         return {"measured_host_probe_s": probes[k], "k": k}
     return measure, calls
@@ -75,8 +75,8 @@ def test_without_a_reference_the_quietest_fit_so_far_is_one() -> None:
 def test_fits_without_a_probe_count_as_quiet() -> None:
     calls = []
 
-    def measure() -> dict:
-        calls.append(1)
+    def measure(k: int) -> dict:
+        calls.append(k)
         return {"measured_host_probe_s": None}
     runs, again = retake(measure, 1.0, 2)
     assert again == 0 and len(runs) == 2
