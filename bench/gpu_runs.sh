@@ -75,8 +75,8 @@ command -v mpirun
 step gpu-tests 120 $PY -m pytest -m gpu -q -rs --durations=8 -p no:cacheprovider tests
 step "gpu_step (steps)" 90 $PY bench/gpu_step.py --models alexnet,resnet101,rnnlm --repeat 3 \
     --no-compare --json
-step "gpu_step (compare)" 120 $PY bench/gpu_step.py --models alexnet,resnet101,rnnlm \
-    --repeat 1 --compare-steps 3 --json
+step "gpu_step (compare)" 150 $PY bench/gpu_step.py --models alexnet,resnet101,rnnlm \
+    --no-steps --compare-steps 3 --json
 # tiles already measured come from the cache (LEGIONPY_CACHE): a run cut short resumes
 step "profile --zoo" $(($(left) - 15)) $PY -m legionpy profile --zoo --out legionpy/data/profiles \
     --models "$MODELS"

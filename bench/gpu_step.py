@@ -21,7 +21,7 @@ real steps). Target: worst relative error at most 20%. With one GPU the
 three strategies are the same one-device strategy (said in the output).
 
     python bench/gpu_step.py [--models alexnet,resnet101,rnnlm] [--repeat 5]
-        [--compare-steps 5] [--no-compare] [--json]
+        [--compare-steps 5] [--no-compare | --no-steps] [--json]
     python bench/gpu_step.py --emulated --small      # no GPU: smoke test (CI)
 
 Without a CUDA GPU (CuPy and a visible device) it says so and exits 0 with
@@ -239,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=5, help="timed steps (best is kept)")
     ap.add_argument("--compare-steps", type=int, default=5)
     ap.add_argument("--no-compare", action="store_true", help="skip simulate --compare")
+    ap.add_argument("--no-steps", action="store_true",
+                    help="skip the step table (vs PyTorch): simulate --compare only")
     ap.add_argument("--devices", type=int, default=None,
                     help="GPUs for --compare (default: every visible GPU, at most 4)")
     ap.add_argument("--search-budget", type=float, default=10.0,
@@ -274,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
         name = cupy.cuda.runtime.getDeviceProperties(0)["name"]
         out["gpu"] = name.decode() if isinstance(name, bytes) else str(name)
         print(f"GPU: {out['gpu']} ({visible} visible)")
-    step_table(args, torch, device, device_or_why, out)
+    if not args.no_steps:
+        step_table(args, torch, device, device_or_why, out)
     if not args.no_compare:
         compare_table(args, out)
     if args.json:

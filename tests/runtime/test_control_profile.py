@@ -105,3 +105,17 @@ def test_the_profile_is_scaled_to_the_quiet_host_speed(cache, rt2):
     assert [v[0] for v in table.values()] == [3e-3]
     assert control.control_profile(m, machine, slow, reference=15e-6) == pytest.approx(3e-3)
     assert control.control_profile(m, machine, slow, reference=None) == pytest.approx(3e-3)
+
+
+def test_gpus_are_not_profiled(cache, emu):
+    """On GPUs the control thread's CPU time includes the driver's spin in
+    every synchronisation (one H200: 37 ms of alexnet's 94 ms step), so it
+    is no measure of its cost: no profile, and nothing trained for one."""
+    emu(1)
+    machine = Machine.local()
+    assert [d.kind for d in machine.devices] == ["gpu"]
+    m = _mlp()
+    m.compile(optimizer=nn.SGD(lr=1e-3), strategy="data", machine=machine)
+    out = predict_model(m, overhead=OVERHEAD, cost="analytic")
+    assert "control_profile_s" not in out
+    assert not (cache / "control-v1.json").exists()

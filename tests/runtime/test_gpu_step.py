@@ -93,6 +93,19 @@ def test_emulated_smoke_run_covers_the_step_table_and_the_comparison(monkeypatch
     assert "EMULATED" in stdout and "n/a (emulated" in stdout and " met" not in stdout
 
 
+def test_no_steps_and_no_compare_measure_nothing(monkeypatch, capsys):
+    """`--no-steps` leaves the step table out (bench/gpu_runs.sh times the
+    comparison on its own): with `--no-compare` too, nothing is measured."""
+    from gpu_step import main
+
+    for var in ("LEGIONPY_GPU_BACKEND", "LEGIONPY_GPUS"):
+        monkeypatch.setenv(var, "")
+    assert main(["--emulated", "--small", "--no-steps", "--no-compare", "--json"]) == 0
+    stdout = capsys.readouterr().out
+    out = json.loads(stdout.strip().splitlines()[-1])
+    assert "steps" not in out and "compare" not in out and "one training step" not in stdout
+
+
 def test_simulate_compare_runs_on_this_process_gpus(monkeypatch, capsys):
     """`legionpy simulate --compare` (and `train`) start the runtime on the
     process's GPUs when it has some, and time the GPU's kernels on the GPU."""
