@@ -57,7 +57,9 @@ numbered rank-major, ``control_threads`` processes). A task's Python work
 -- its worker overhead, the first ``gil_kernel_s`` of its kernel (numpy's
 dispatch and small loops; larger loops release the lock), or its measured
 ``lock_share`` of it where that is longer (small convolutions and pools
-hold the lock for most of their time: :mod:`.lockshare`), and a copy's
+hold the lock for most of their time: :mod:`.lockshare`; a share over 1,
+numpy handing the lock over at every call, also slows two such kernels of
+one process beside each other), and a copy's
 ``copy_s`` -- is interleaved with the rest of it; a process's running
 threads get its lock first come, first served (the control thread first:
 pipelined, it runs ``control_s`` of every task from when the step's loss
@@ -97,6 +99,7 @@ import numpy as np
 
 from ..affinity import core_blocks
 from .breakdown import breakdown, sim_timeline
+from .lockshare import contention
 from .trace import write_chrome_trace
 
 __all__ = ["RuntimeOverhead", "simulate_with_runtime", "simulate_strategy", "kendall_tau",
@@ -294,8 +297,9 @@ def annotate_lock_shares(taskgraph: dict, graph: Any,
                          shares: dict[tuple[str, str], float]) -> dict:
     """Set ``lock_share`` on the forward and backward tasks of
     ``taskgraph`` (``TaskGraph.to_json()``) whose op has a measured share
-    (``{(op name, "F" | "B"): share}``, optimizer/lockshare.py); returns
-    ``taskgraph``."""
+    (``{(op name, "F" | "B"): share}``, optimizer/lockshare.py), at most 1,
+    and ``lock_contention`` where the share is over 1 (its
+    :func:`~legionpy.optimizer.lockshare.contention`); returns ``taskgraph``."""
     if not shares or graph is None:
         return taskgraph
     ops = {op.name for op in graph.ops}
@@ -305,7 +309,9 @@ def annotate_lock_shares(taskgraph: dict, graph: Any,
             continue
         share = shares.get((_op_name(m.group("what"), ops), m.group("phase")))
         if share:
-            t["lock_share"] = share
+            t["lock_share"] = min(1.0, share)
+            if contention(share) > 1.0:
+                t["lock_contention"] = contention(share)
     return taskgraph
 
 
@@ -694,7 +700,8 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, kern: list,
                        control=[clock] * ranks, weight=weight, wake=overhead.wake_s,
                        fair=overhead.gil_order == "fair", spread=spread,
                        core_groups=_core_groups(overhead) if overhead.bound else None,
-                       control_after=loss, delay=hop)
+                       control_after=loss, delay=hop,
+                       contention=[t.get("lock_contention", 1.0) for t in tasks])
     return r["end"], r["start"], r["admit"], max(
         (e - s for e, s in zip(r["control_end"], r["control_start"])), default=0.0)
 

@@ -34,6 +34,14 @@ us kernels read shares of 0 or 1; at 0.1 ms repeats agree within
 0.02-0.07. Measured on the project's 2-core machine (27 Nov, quiet):
 alexnet's convolutions 0.7-1.0, its pools 1.0, the LSTM cells 0.6-0.95.
 
+A share over 1 (two threads take longer than one after the other, up to
+:data:`MAX_SHARE`) is kept too: such a kernel hands the lock over at every
+numpy call, and while another such kernel of its process wants the lock
+each hand-over costs (:func:`contention`; the sharing model slows both,
+:mod:`.sharing`). Two workers of one process running rnnlm's LSTM cells
+used 19.3 ms of CPU a step, for about 6 ms on one device; the model ran
+them one after the other at no extra cost and put the step 23% low.
+
 Two threads short of cores look like two threads short of the lock, so
 shares measured while other programs kept more than :data:`BUSY_CORES`
 busy are not kept, nor measured again in the process. Under ``mpirun`` the
@@ -59,7 +67,8 @@ from typing import Any
 from ..affinity import cpu_clock, own_background, unbound
 from .costmodel import TABLES
 
-__all__ = ["MIN_RATIO", "lock_share", "measure_shares", "op_shares", "cache_file"]
+__all__ = ["MIN_RATIO", "MAX_SHARE", "lock_share", "contention", "measure_shares", "op_shares",
+           "cache_file"]
 
 #: two threads' time per call over one's below which the lock is not the
 #: bottleneck (the memory system and the cores add 0-6% on the 2-core machine)
@@ -67,6 +76,17 @@ MIN_RATIO = 1.1
 #: a kernel phase shorter than this is taken to hold the lock throughout
 #: (it is under every cap the calibration tries, so its share cannot matter)
 TINY_S = 1e-5
+#: the largest share kept: ``two / one`` over 2 (a share over 1) means two
+#: threads running the kernel take longer than one after the other: numpy
+#: hands the lock over at every call on arrays of more than a few hundred
+#: elements, and each hand-over costs (an LSTM cell of batch 16 and 64
+#: units: 41 us alone, 113 us for two cells on two threads, 1.4x one after
+#: the other; 8 and 4 units, the calibration's cells: 1.25x).
+#: :func:`contention` is the excess. Shares over 1 are noisier than those
+#: under it (the same tile read 0.65 and 2.6 in two caches, 28 Nov), and
+#: kept up to 1.5 they improved every held calibration tried where 3.0 put
+#: one row 52% high (docs/decisions.md)
+MAX_SHARE = 1.5
 #: cores other programs may keep busy while shares are measured: above it
 #: two threads lack cores whatever the lock does, and nothing is kept
 BUSY_CORES = 0.3
@@ -123,7 +143,7 @@ def lock_share(fn: Callable[[], Any], twin: Callable[[], Any], seconds: float = 
             th.join()
             sys.setswitchinterval(switch)
     ratio = two / one if one > 0 else 1.0
-    return min(1.0, ratio / 2.0) if ratio >= MIN_RATIO else 0.0
+    return min(MAX_SHARE, ratio / 2.0) if ratio >= MIN_RATIO else 0.0
 
 
 def measure_shares(table: dict[str, list[float]], runner: Callable, tiles: list,
@@ -184,7 +204,20 @@ def op_shares(table: dict[str, list[float]], graph: Any, strategy: Any,
     return out
 
 
+def contention(share: float) -> float:
+    """How much slower a kernel of measured ``share`` (:func:`lock_share`,
+    up to :data:`MAX_SHARE`) runs while another thread of its process wants
+    the lock, beyond waiting for it: the share's excess over 1 (the lock
+    held throughout), at least 1.
+
+    >>> contention(0.4), contention(1.0), contention(1.5)
+    (1.0, 1.0, 1.5)
+    """
+    return max(1.0, float(share))
+
+
 def cache_file(cost_cache_path: str) -> str:
-    """The shares' cache beside a step cost model's table."""
+    """The shares' cache beside a step cost model's table (v3: shares over 1
+    kept, :data:`MAX_SHARE`)."""
     return os.path.join(os.path.dirname(os.path.abspath(cost_cache_path)),
-                        f"locks-step-cpu-{TABLES}.json")
+                        f"locks-step-cpu-{TABLES}-v3.json")

@@ -36,6 +36,14 @@ JPDC 2014):
   ``RuntimeOverhead.gil_switch``; overlapping LSTM cells were measured at
   3-5x their time alone). ``fair=True``: max-min fair shares of a lock of
   capacity ``1 / (1 + switch)`` instead;
+* two or more threads of a process whose kernels hand the lock over at
+  every numpy call (a measured lock share over 1: ``contention``,
+  :func:`legionpy.optimizer.lockshare.contention`) take turns call by
+  call, and each hand-over costs: while two such want the lock, each gets
+  its contention times less done for the lock it holds (two threads of
+  LSTM cells of 16 x 64 took 1.4x as long as one after the other, each
+  burning 1.8x the CPU per cell). Beside a thread that keeps the lock (the
+  control thread) a kernel waits its turn at no cost;
 * all threads of all processes share ``cores``: when the rates add up to
   more, each is scaled down alike (0: no core limit);
 * a worker whose queue was empty takes ``wake`` seconds to start the task
@@ -83,10 +91,12 @@ def share_rates(threads: Sequence[tuple], cores: float,
                 switch: float = 0.0, fair: bool = True,
                 core_groups: dict[int, tuple[int, float]] | None = None) -> list[float]:
     """Progress rates of running threads ``(process, python fraction[,
-    cores used[, yields]])`` (module doc; ``yields``: the thread gives the
-    lock up at once whenever another wants it -- a copy or collective
-    waiting on its transfer -- so it neither pays nor causes hand-over
-    costs): max-min fair shares of each process's lock,
+    cores used[, yields[, spans[, contention]]]])`` (module doc; ``yields``:
+    the thread gives the lock up at once whenever another wants it -- a
+    copy or collective waiting on its transfer -- so it neither pays nor
+    causes hand-over costs; ``contention``: its kernel's hand-over cost
+    beside another such, :func:`_contended`): max-min fair shares of each
+    process's lock,
     capacity ``1 / (1 + switch)`` when two or more of its threads want it,
     then the cores (``cores`` <= 0: unlimited) shared alike, a thread using
     ``cores used`` (default 1) of them at full speed.
@@ -127,6 +137,7 @@ def share_rates(threads: Sequence[tuple], cores: float,
         p, a = th[0], th[1]
         if a > 0:
             by_proc.setdefault(p, []).append(j)
+    slow = [k for js in by_proc.values() for k in _contended(threads, js)]
     for js in by_proc.values():
         cap = 1.0 if len(js) < 2 else 1.0 / (1.0 + switch)
         need = [threads[j][1] for j in js]
@@ -156,6 +167,8 @@ def share_rates(threads: Sequence[tuple], cores: float,
         for k, j in enumerate(js):
             if need[k] > lam:
                 x[j] = lam / need[k]
+    for j, k in slow:  # the lock's hand-overs inside the kernels: held as long, less done
+        x[j] /= k
     if cores > 0 and core_groups:
         _share_groups(threads, x, core_groups)
     elif cores > 0:
@@ -166,6 +179,30 @@ def share_rates(threads: Sequence[tuple], cores: float,
             x = [v * f if th[1] > 0 or len(th) < 3 or th[2] > 0 else v
                  for v, th in zip(x, threads)]
     return x
+
+
+def _contended(threads: Sequence[tuple], js: list[int]) -> list[tuple[int, float]]:
+    """``(thread, contention)`` of the threads ``js`` of one process (those
+    wanting its lock) whose task's contention (``threads[j][5]``,
+    :func:`legionpy.optimizer.lockshare.contention`) is over 1, when two or
+    more such threads want it: their kernels hand the lock over at every
+    numpy call, so they take turns call by call, and each hand-over costs
+    besides the wait. Such a thread holds the lock as long as its share
+    says and gets that much less done. Beside a thread that keeps the lock
+    (the control thread's Python, a task's own Python) or gives it up (a
+    copy's wait), a kernel just waits its turn: no cost.
+
+    >>> _contended([(0, 1.0, 1.0, False, (), 1.5), (0, 1.0, 1.0, False, (), 1.2)], [0, 1])
+    [(0, 1.5), (1, 1.2)]
+    >>> _contended([(0, 1.0, 1.0, False, (), 1.5), (0, 1.0, 1.0, False, (), 1.0)], [0, 1])
+    []
+    """
+    def k(j: int) -> float:
+        yields = len(threads[j]) > 3 and threads[j][3]
+        return 1.0 if yields or len(threads[j]) < 6 else threads[j][5]
+
+    hand = [j for j in js if k(j) > 1.0]
+    return [(j, k(j)) for j in hand] if len(hand) > 1 else []
 
 
 def _share_groups(threads: Sequence[tuple], x: list[float],
@@ -203,7 +240,8 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
                    spread: Sequence[tuple[int, ...]] | None = None,
                    core_groups: dict[int, tuple[int, float]] | None = None,
                    control_after: Sequence[int] = (),
-                   delay: Sequence[float] | None = None) -> dict:
+                   delay: Sequence[float] | None = None,
+                   contention: Sequence[float] | None = None) -> dict:
     """Schedule tasks on FIFO resources under processor sharing (module doc).
 
     ``res[i]``: task i's resource (a thread), ``proc[i]``: its process,
@@ -228,7 +266,9 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
     processes' cores when each is bound to its own (:func:`share_rates`).
     ``delay[i]``: seconds task i waits once it has its resource (after any
     wake-up), using neither a core nor the lock (a copy between processes:
-    the other side's thread seeing it). Returns ``{"start", "end"}`` per
+    the other side's thread seeing it). ``contention[i]``: task i's
+    kernel's hand-over cost beside another such (:func:`share_rates`; 1:
+    none). Returns ``{"start", "end"}`` per
     task (``start``: when its work begins -- after any wake-up, and once it
     gets a share of its lock), ``"admit"`` (when it got its resource), and
     ``"control_start"`` and
@@ -262,16 +302,16 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
     def task_entry(i: int) -> list:
         span = spread[i] if spread is not None else ()
         return [work[i], proc[i], python[i], i, 1.0 if weight is None else weight[i],
-                bool(span), span]
+                bool(span), span, 1.0 if contention is None else contention[i]]
 
     def wake_entry(i: int, seconds: float) -> list:  # waking up for task i: no core, no lock
-        return [seconds, proc[i], 0.0, i, 0.0, True, ()]
+        return [seconds, proc[i], 0.0, i, 0.0, True, (), 1.0]
 
     def start_control() -> None:
         for p, c in enumerate(control):
             control_start[p] = t
             if c > 0:
-                running[("control", p)] = [c, p, 1.0, -1 - p, 1.0, False, ()]
+                running[("control", p)] = [c, p, 1.0, -1 - p, 1.0, False, (), 1.0]
 
     control_end = [0.0] * len(control)
     t = 0.0
@@ -307,8 +347,8 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
         if dirty:
             keys = sorted(running, key=lambda k: senior.get(k, 0)) if not fair else list(running)
             rates = share_rates([(running[k][1], running[k][2], running[k][4], running[k][5],
-                                  running[k][6]) for k in keys], cores, switch, fair,
-                                core_groups)
+                                  running[k][6], running[k][7]) for k in keys], cores,
+                                switch, fair, core_groups)
             dirty = False
             for k, x in zip(keys, rates):
                 i = running[k][3]
