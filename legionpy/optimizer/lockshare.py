@@ -208,12 +208,12 @@ def contention(share: float) -> float:
     """How much slower a kernel of measured ``share`` (:func:`lock_share`,
     up to :data:`MAX_SHARE`) runs while another thread of its process wants
     the lock, beyond waiting for it: the share's excess over 1 (the lock
-    held throughout), at least 1.
+    held throughout), at least 1 and at most :data:`MAX_SHARE`.
 
-    >>> contention(0.4), contention(1.0), contention(1.5)
-    (1.0, 1.0, 1.5)
+    >>> contention(0.4), contention(1.0), contention(1.5), contention(2.6)
+    (1.0, 1.0, 1.5, 1.5)
     """
-    return max(1.0, float(share))
+    return min(MAX_SHARE, max(1.0, float(share)))
 
 
 def cache_file(cost_cache_path: str) -> str:
