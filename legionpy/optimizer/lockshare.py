@@ -83,9 +83,10 @@ TINY_S = 1e-5
 #: units: 41 us alone, 113 us for two cells on two threads, 1.4x one after
 #: the other; 8 and 4 units, the calibration's cells: 1.25x).
 #: :func:`contention` is the excess. Shares over 1 are noisier than those
-#: under it (the same tile read 0.65 and 2.6 in two caches, 28 Nov), and
-#: kept up to 1.5 they improved every held calibration tried where 3.0 put
-#: one row 52% high (docs/decisions.md)
+#: under it (the same tile read 0.65 and 2.6 in two caches, 28 Nov): kept
+#: up to 1.5, they brought the two-device rows closer to their one-device
+#: rows in all four calibrations tried (the mean error down in three),
+#: where 3.0 put one row 52% high (docs/decisions.md)
 MAX_SHARE = 1.5
 #: cores other programs may keep busy while shares are measured: above it
 #: two threads lack cores whatever the lock does, and nothing is kept

@@ -1106,8 +1106,11 @@ def test_the_worker_cost_model_times_a_strategy_s_kernels_in_the_step_s_order(ca
     keys = {cost_key(op, t, "cpu") for op in g.ops if op.kind != "input"
             for t in op.output_rect.split(st[op.name].degrees)}
     assert keys <= set(cm.table) and all(min(cm.table[k]) > 0 for k in keys)
-    # then each tile's hold on the interpreter lock (optimizer/lockshare.py)
-    assert keys <= set(cm.shares) and all(0 <= v <= 1 for k in keys for v in cm.shares[k])
+    # then each tile's hold on the interpreter lock (optimizer/lockshare.py;
+    # over 1: two threads of it slower than one after the other)
+    from legionpy.optimizer.lockshare import MAX_SHARE
+    assert keys <= set(cm.shares) and all(0 <= v <= MAX_SHARE for k in keys
+                                          for v in cm.shares[k])
     assert os.path.exists(cm.shares_path)
     order.clear()
     cm.prime(g, st, machine)  # timed already: nothing runs
