@@ -81,6 +81,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -227,7 +228,9 @@ def calibrate_layer_overhead(machine: Any, steps: int = 15, warmup: int = 3,
             seen.extend(r["measured_host_probe_s"] for r in runs)
             row = {"model": m.graph.name, "strategy": sname, **counts}
             rows.append(_row_figures(row, runs, again, c0, kernels, tg, phases))
-            again_later.append((measure, row, kernels, tg, phases))
+            again_later.append((functools.partial(_fresh_row, models, m.graph.name, sname,
+                                                  machine, steps, warmup),
+                                row, kernels, tg, phases))
             if verbose:
                 print(f"  calibrate {m.graph.name:<14} {sname:<6} tasks {counts['tasks']:>4} "
                       f"reqs {counts['reqs']:>5} copies {counts['copies']:>4} period "
@@ -316,7 +319,7 @@ def _second_pass(rows: list[dict], again_later: list[tuple], reference: float | 
     ``task_s`` at 12.1 us against 9.0 ten minutes before. Collective
     under MPI (the rows' probes are rank 0's)."""
     t0 = time.perf_counter()
-    for i, (measure, row, kernels, tg, phases) in enumerate(again_later):
+    for i, (fresh, row, kernels, tg, phases) in enumerate(again_later):
         # rank 0's clock decides for every rank (the fits are collective)
         if bcast_root(time.perf_counter() - t0 > SECOND_PASS_BUDGET_S):
             break
@@ -324,9 +327,7 @@ def _second_pass(rows: list[dict], again_later: list[tuple], reference: float | 
         if s is None or s <= QUIET_SLOWDOWN:
             continue
         c0 = cpu_clock()
-        # the model is compiled: the attempts continue after the first pass's
-        runs, again = retake(lambda k, measure=measure: measure(k + 1), reference, repeats,
-                             extra=SECOND_PASS_EXTRA)
+        runs, again = retake(fresh(), reference, repeats, extra=SECOND_PASS_EXTRA)
         if (median_probe(runs) or float("inf")) >= rows[i]["host_probe_s"]:
             continue
         rows[i] = {**_row_figures(row, runs, rows[i]["retakes"] + repeats + again, c0,
@@ -335,6 +336,19 @@ def _second_pass(rows: list[dict], again_later: list[tuple], reference: float | 
             print(f"  calibrate {row['model']:<14} {row['strategy']:<6} again (the host was "
                   f"busy: x{s:.2f}): period {rows[i]['period_s'] * 1e3:7.2f} ms at "
                   f"x{slowdown(rows[i]['host_probe_s'], reference):.2f}", flush=True)
+
+
+def _fresh_row(models: Any, name: str, sname: str, machine: Any, steps: int,
+               warmup: int) -> Callable[[int], dict[str, Any]]:
+    """A ``measure(attempt)`` of the calibration row of model ``name`` under
+    strategy ``sname``, on a fresh instance compiled at its first attempt
+    (``models``: :func:`calibrate_layer_overhead`'s). Not the first pass's
+    model: under ``mpirun`` a model fitted again after 20 others had run
+    waited forever on one of its persistent receives (28 Nov)."""
+    m = next(x for x in (models() if models is not None else calibration_models())
+             if x.graph.name == name)
+    return functools.partial(_row_fit, m, resolve_strategy(sname, m.graph, machine), machine,
+                             steps, warmup)
 
 
 def _row_fit(model: Any, strategy: Any, machine: Any, steps: int, warmup: int,

@@ -16,16 +16,16 @@ def _fit(period: float, probe: float) -> dict:
 
 
 def _row(name: str, fits: list[dict]) -> tuple[dict, tuple, list[int]]:
-    """A first-pass row of ``fits`` and, for the second pass, a measure
-    whose attempt k (from 1: the model is compiled) returns ``fits[k]``."""
+    """A first-pass row of ``fits[0]`` and, for the second pass, a fresh
+    model's measure whose attempt k returns ``fits[k + 1]``."""
     calls: list[int] = []
 
     def measure(k: int) -> dict:
         calls.append(k)
-        return fits[k]
+        return fits[k + 1]
     row = {"model": name, "strategy": "data", "tasks": 4}
     figs = _row_figures(row, fits[:1], 0, None, 0.0, {"tasks": []}, {})
-    return figs, (measure, row, 0.0, {"tasks": []}, {}), calls
+    return figs, (lambda: measure, row, 0.0, {"tasks": []}, {}), calls
 
 
 def test_a_row_measured_on_a_busy_host_is_measured_again_and_kept_when_quieter():
@@ -35,8 +35,8 @@ def test_a_row_measured_on_a_busy_host_is_measured_again_and_kept_when_quieter()
     rows = [quiet, busy]
     _second_pass(rows, [q_later, b_later], reference=1.0, repeats=2)
     assert q_calls == [] and rows[0] is quiet  # within QUIET_SLOWDOWN: not again
-    # attempts from 1 (the first pass's fit was attempt 0); a slow one is retaken
-    assert b_calls == [1, 2, 3]
+    # a fresh model's attempts (compiled at the first); a slow one is retaken
+    assert b_calls == [0, 1, 2]
     assert rows[1]["second_pass"] and rows[1]["host_probe_s"] == pytest.approx(1.025)
     assert rows[1]["period_s"] == pytest.approx(1.15e-3)  # the two quiet fits
     assert rows[1]["retakes"] == 0 + 2 + 1 and rows[1]["model"] == "busy"
@@ -48,7 +48,7 @@ def test_a_second_measurement_no_quieter_is_not_kept():
                                        _fit(3e-3, 2.1)])
     rows = [busy]
     _second_pass(rows, [later], reference=1.0, repeats=2)
-    assert calls == [1, 2, 3, 4, 5, 6]  # 2 fits and SECOND_PASS_EXTRA more, all slow
+    assert calls == [0, 1, 2, 3, 4, 5]  # 2 fits and SECOND_PASS_EXTRA more, all slow
     assert rows[0] is busy and "second_pass" not in rows[0]
 
 
