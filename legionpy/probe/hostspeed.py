@@ -32,6 +32,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..runtime.mpi import bcast_root
+
 __all__ = ["speed_probe", "quiet_reference", "slowdown", "retake", "median_probe",
            "host_speed_text", "QUIET_SLOWDOWN", "PROBE_WORK"]
 
@@ -91,7 +93,8 @@ def retake(measure: Callable[[int], dict[str, Any]], reference: float | None, co
     Returns the ``count`` quietest (by probe, never by the measured time)
     in the order taken, and how many were taken beyond ``count``. Under MPI
     every rank must see the same probes (``measure_runtime``'s are the
-    ranks' maximum), so every rank measures the same number of times."""
+    ranks' maximum) and ``budget_s`` is judged by rank 0's clock, so every
+    rank measures the same number of times."""
     runs: list[dict] = []
     t0 = time.perf_counter()
 
@@ -104,7 +107,8 @@ def retake(measure: Callable[[int], dict[str, Any]], reference: float | None, co
         ref = reference or min((p for r in runs if (p := r.get("measured_host_probe_s"))),
                                default=None)
         done = sum(1 for r in runs if quiet(r, ref)) >= count
-        spent = budget_s is not None and time.perf_counter() - t0 >= budget_s
+        # rank 0's clock decides for every rank (each measurement is collective)
+        spent = budget_s is not None and bcast_root(time.perf_counter() - t0 >= budget_s)
         if len(runs) >= count and (done or spent or len(runs) >= count + extra):
             break
     keep = sorted(range(len(runs)),

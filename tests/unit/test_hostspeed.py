@@ -98,3 +98,15 @@ def test_a_spent_budget_takes_no_more_fits() -> None:
     measure, calls = _fits([2.0] * 5)
     runs, again = retake(measure, 1.0, 1, budget_s=0.0)
     assert again == 0 and len(calls) == 1
+
+
+def test_the_budget_is_rank_0_s(monkeypatch) -> None:
+    """Under MPI each rank's clock differs; the measurements are collective,
+    so rank 0's verdict on the budget is every rank's (bcast_root)."""
+    from legionpy.probe import hostspeed
+
+    verdicts = []
+    monkeypatch.setattr(hostspeed, "bcast_root", lambda v: verdicts.append(v) or True)
+    measure, calls = _fits([2.0] * 5)
+    _, again = retake(measure, 1.0, 1, budget_s=3600.0)  # not spent here, spent on rank 0
+    assert verdicts == [False] and again == 0 and len(calls) == 1
