@@ -342,10 +342,8 @@ def _fresh_row(models: Any, name: str, sname: str, machine: Any, steps: int,
                warmup: int) -> Callable[[int], dict[str, Any]]:
     """A ``measure(attempt)`` of the calibration row of model ``name`` under
     strategy ``sname``, on a fresh instance compiled at its first attempt
-    (``models``: :func:`calibrate_layer_overhead`'s). Not the first pass's
-    model: under ``mpirun`` a model fitted again after eight or more others
-    can wait forever on one of its persistent receives (28 Nov; the strict
-    xfail in tests/mpi/test_replication.py)."""
+    (``models``: :func:`calibrate_layer_overhead`'s), so the second
+    measurement owes nothing to the first pass's instances and traces."""
     m = next(x for x in (models() if models is not None else calibration_models())
              if x.graph.name == name)
     return functools.partial(_row_fit, m, resolve_strategy(sname, m.graph, machine), machine,

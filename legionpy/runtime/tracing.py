@@ -429,7 +429,12 @@ class Tracer:
         logical = tuple(sorted(off_of[i] for i in ids if i in off_of))
         ids.update(d.id for d in deps)
         internal = tuple(sorted(off_of[i] for i in ids if i in off_of))
-        ext = any(i < rec.base for i in ids)
+        # an op that waits for nothing inside the trace waits for the begin
+        # marker: else a replay's root op (a cross-rank copy whose source
+        # was written before any fence the trace saw) starts while the
+        # previous replay still runs, and the two ranks' link workers can
+        # take their transfers in different orders and wait for each other
+        ext = not internal or any(i < rec.base for i in ids)
         if op.kind == "copy" and op.name.startswith("future "):
             rec.replayable = False
             rec.why_not = "a Future crosses MPI ranks inside it"

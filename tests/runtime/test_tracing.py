@@ -259,3 +259,50 @@ def test_replays_are_deterministic(monkeypatch):
     a, sa = _fit_losses(False, True, monkeypatch)
     b, sb = _fit_losses(False, True, monkeypatch)
     assert a == b and sa == sb
+
+
+def test_a_replay_starts_after_everything_before_it():
+    """The begin marker holds back every replayed op, not only those that
+    waited for something before the trace when it was recorded. Here the
+    writer of a fresh region waits for nothing in its recording; without
+    the begin marker, the next replay's writer on cpu 0 started while this
+    replay's slow point on cpu 1 still ran (under ``mpirun`` the same gap
+    let two ranks take one link's transfers in different orders and hang:
+    ``tests/mpi/test_replication.py::test_a_model_fitted_again_after_many_others``)."""
+    import time
+
+    lr.init(cpus=2)
+    B = lp.Region((4,), {"x": np.float64}, name="B")
+    C = lp.Region((4,), {"y": np.float64}, name="C")
+    PB, PC = lp.Partition.equal(B, (2,)), lp.Partition.equal(C, (2,))
+    C.write("y", np.zeros(4))
+    log: list = []
+
+    def write(r):
+        log.append(("w", int(r.rect.lo[0]), time.perf_counter()))
+        r.x[...] = 1.0
+
+    def slow(r):
+        if r.rect.lo[0] == 2:  # the point on the second cpu
+            time.sleep(0.05)
+            log.append(("s", 2, time.perf_counter()))
+
+    w = lp.task(write, name="w", privileges=[lp.WD("x")])
+    s = lp.task(slow, name="s", privileges=[lp.R("y")])
+    for i in range(5):
+        if i == 1:  # before the recording: its writer then waits for nothing
+            lp.fence()
+        with lp.trace("t"):
+            lp.index_launch(w, PB.colors, PB)
+            lp.index_launch(s, PC.colors, PC)
+    lp.fence()
+    rt = lr.get_runtime()
+    assert rt.tracer.recordings["t"].replays >= 3
+    lr.shutdown()
+    ends = [t for k, _, t in log if k == "s"]
+    starts = [t for k, _, t in log if k == "w"]
+    # each replay's writers (steps 2-4; steps 0 and 1 record, and there
+    # independent launches may overlap) start after the previous step's
+    # slow point ended
+    for i in range(2, 5):
+        assert min(starts[2 * i:2 * i + 2]) >= ends[i - 1], (i, log)
