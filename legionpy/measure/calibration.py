@@ -744,6 +744,7 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     coll = apply_measured_collectives(ovh, calib["rows"], ranks)
     if coll is not None:
         calib["collective_measured_s"] = coll
+    _dump_rows(ovh, calib["rows"], graphs, copy is None)
     if ovh.gil_kernel_s is not None and ovh.cores > 0:
         fit = bcast_root(fit_lock_terms(ovh, calib["rows"], graphs, fit_copy=copy is None))
         calib["lock_fit_loss"] = fit.pop("loss")
@@ -753,6 +754,23 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     elif copy is None:
         ovh.copy_s = bcast_root(fit_copy_cost(ovh, calib["rows"], graphs))
     return ovh
+
+
+def _dump_rows(ovh: RuntimeOverhead, rows: list[dict], graphs: list, fit_copy: bool) -> None:
+    """With ``LEGIONPY_CALIBRATION_ROWS=FILE``: rank 0 writes the rows, their
+    task graphs and the overhead before :func:`fit_lock_terms` to ``FILE``
+    (pickle), so the lock fit can be taken again offline
+    (``bench/refit_locks.py``) on exactly what a calibration measured."""
+    path = os.environ.get("LEGIONPY_CALIBRATION_ROWS")
+    if not path or get_runtime().rank != 0:
+        return
+    import pickle
+    from dataclasses import replace
+
+    with open(path, "wb") as f:
+        pickle.dump({"overhead": replace(ovh, calibration=None).to_dict(), "rows": rows,
+                     "taskgraphs": [tg for tg, _ in graphs],
+                     "models": [g.name for _, g in graphs], "fit_copy": fit_copy}, f)
 
 
 def reduce_byte_cost(conc: dict) -> float:
