@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ..affinity import one_core
+from ..affinity import fine_timers, one_core
 from ..errors import LaunchError, MappingError, RegionError, TaskError
 from ..regions import WD, DependenceAnalyzer, Partition, Region, RegionRequirement, Subregion
 from ..regions.coherence import HOST, FieldState, FoldAction, Request
@@ -77,6 +77,7 @@ class Runtime:
         self.t0 = time.perf_counter()
         self.rank = 0
         self.repl: Any = None
+        fine_timers()  # before this process starts its threads: they inherit it
         cl = None
         if launched_under_mpi():
             from .mpi import cluster

@@ -87,3 +87,33 @@ def test_staging_from_the_host_is_not_communication(threaded):
     sched, yields = threaded
     _submit_behind(sched, (-1, 0), 0, 0.02)
     assert yields == [] and sched.talking == 0
+
+
+def _chain(sched: S.Scheduler, queue) -> list[str]:
+    """A device op and, after it, one on ``queue``; the order things happened."""
+    seen: list[str] = []
+    a = S.Op(1, "compute", "a", 0, lambda op: seen.append("a"))
+    b = S.Op(2, "copy", "b", queue, lambda op: seen.append("b"))
+    sched.submit(a, [])
+    sched.submit(b, [a])
+    sched.wait(None, timeout=10)
+    return seen
+
+
+def test_a_worker_that_makes_a_send_ready_yields_at_once(threaded, monkeypatch):
+    """The device worker that finishes a send's producer yields the core, so
+    the link's thread starts the send before the worker's next kernels."""
+    sched, _ = threaded
+    who: list[str] = []
+    monkeypatch.setattr(S, "_sched_yield", lambda: who.append(threading.current_thread().name))
+    assert _chain(sched, (0, 1)) == ["a", "b"]
+    assert "legionpy-0" in who  # the device's worker, as it released the send
+
+
+def test_a_release_of_device_work_or_staging_does_not_yield(threaded):
+    sched, yields = threaded
+    assert _chain(sched, 1) == ["a", "b"] and _chain(sched, (-1, 0)) == ["a", "b"]
+    assert yields == []
+    sched.one_core = False
+    _chain(sched, (0, 1))
+    assert yields == []
