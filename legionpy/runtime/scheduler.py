@@ -51,7 +51,10 @@ task to start its cross-rank send did not run until the replay ended
 1.6-3.1 ms after its producer in a third of the steps, and the other rank's
 backward waited for it). Under ``mpirun -n 2``, yielding every 100 us took
 that row from 9.3-10.4 to 7.4-7.6 ms a step (predicted 7.2); every 400 us
-did nothing (9.3-9.8). Yielding whenever a link thread exists made
+did nothing (9.3-9.8). Every 25 us (28 Nov, three rounds alternating
+with 100 us, ``mpirun -n 2``): lenet data 3.73-3.79 against 3.85-3.98 ms,
+rnntc owt 7.02-7.35 against 7.19-7.81, alexnet owt 10.93-10.94 against
+10.86-11.50, rnnlm model and rnntc on one device unchanged within noise. Yielding whenever a link thread exists made
 one-device steps slower (rnnlm on one device 7.1-7.3 -> 7.5-8.1 ms: the
 worker then runs ahead of the replay of the next step, which then starts
 late); with pending communication as the condition, owt and data rows gain
@@ -91,7 +94,7 @@ __all__ = ["Op", "Scheduler", "ThreadExecutor", "SerialExecutor", "PENDING", "RE
            "FAILED", "YIELD_EVERY_S", "DeviceIdle"]
 
 #: the longest the launching thread submits before it yields its core (module doc)
-YIELD_EVERY_S = 1e-4
+YIELD_EVERY_S = 2.5e-5
 
 _sched_yield = getattr(os, "sched_yield", None) or (lambda: time.sleep(0))
 
