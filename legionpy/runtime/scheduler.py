@@ -42,25 +42,25 @@ cost).
 
 A process whose threads share one core (a rank bound to its core under
 ``mpirun``, legionpy/affinity.py: ``one_core``) yields that core from its
-launching thread (``os.sched_yield``, which also lets the interpreter lock
-go) once per :data:`YIELD_EVERY_S` of submitting, while copies between
-devices or collectives are pending (``talking``). A trace replay is pure
-Python, 1.3-1.7 ms a step for rnntc, and a link thread woken by a finished
-task to start its cross-rank send did not run until the replay ended
-(measured 27 Nov: the send of rnntc owt's ``classifier.grad`` started
-1.6-3.1 ms after its producer in a third of the steps, and the other rank's
-backward waited for it). Under ``mpirun -n 2``, yielding every 100 us took
-that row from 9.3-10.4 to 7.4-7.6 ms a step (predicted 7.2); every 400 us
-did nothing (9.3-9.8). Every 25 us (28 Nov, three rounds alternating
-with 100 us, ``mpirun -n 2``): lenet data 3.73-3.79 against 3.85-3.98 ms,
-rnntc owt 7.02-7.35 against 7.19-7.81, alexnet owt 10.93-10.94 against
-10.86-11.50, rnnlm model and rnntc on one device unchanged within noise. Yielding whenever a link thread exists made
-one-device steps slower (rnnlm on one device 7.1-7.3 -> 7.5-8.1 ms: the
-worker then runs ahead of the replay of the next step, which then starts
-late); with pending communication as the condition, owt and data rows gain
-6-12% and one-device rows are unchanged. The host's input staging is not
-communication: counted, it kept a one-device rank of ``mpirun -n 4`` on 2
-cores yielding through every replay, 8-22% slower.
+launching thread (``os.sched_yield``, which also lets the interpreter lock go)
+once per :data:`YIELD_EVERY_S` of submitting, while copies between devices or
+collectives are pending (``talking``). A trace replay is pure Python, 1.3-1.7
+ms a step for rnntc, and a link thread woken by a finished task to start its
+cross-rank send did not run until the replay ended (measured 27 Nov: the send
+of rnntc owt's ``classifier.grad`` started 1.6-3.1 ms after its producer in a
+third of the steps, and the other rank's backward waited for it). Under
+``mpirun -n 2``, yielding every 100 us took that row from 9.3-10.4 to 7.4-7.6
+ms a step (predicted 7.2); every 400 us did nothing (9.3-9.8). Every 25 us (28
+Nov, three rounds alternating with 100 us, ``mpirun -n 2``): lenet data
+3.73-3.79 against 3.85-3.98 ms, rnntc owt 7.02-7.35 against 7.19-7.81, alexnet
+owt 10.93-10.94 against 10.86-11.50, rnnlm model and rnntc on one device
+unchanged within noise. Yielding whenever a link thread exists made one-device
+steps slower (rnnlm on one device 7.1-7.3 -> 7.5-8.1 ms: the worker then runs
+ahead of the replay of the next step, which then starts late); with pending
+communication as the condition, owt and data rows gain 6-12% and one-device
+rows are unchanged. The host's input staging is not communication: counted, it
+kept a one-device rank of ``mpirun -n 4`` on 2 cores yielding through every
+replay, 8-22% slower.
 
 On such a process the device workers also say when one of them has nothing
 to run (:class:`DeviceIdle`): a small message from another rank is only
