@@ -141,11 +141,13 @@ def fine_timers() -> bool:
     this 2-core VM ``time.sleep(0)`` took 74 us and ``time.sleep(1e-5)`` 95
     us, so a wait between ranks that naps 10-50 us at a time
     (runtime/mpi.py ``Cluster.wait``) noticed a message 60-140 us late, at
-    every hop of a chain of copies. With a 1 us slack: 15 and 27 us, and
-    lenet's data-parallel step under ``mpirun -n 2`` took 4.0-4.2 ms
-    against 4.0-5.1 (five runs each, alternating; alexnet owt 10.4-11.0
-    against 11.3-11.4). Returns whether it was set (not on macOS or
-    Windows)."""
+    every hop of a chain of copies. With a 1 us slack: 15 and 27 us. Under
+    ``mpirun -n 2`` (runs alternating with the slack off): lenet data
+    4.0-4.2 ms against 4.0-5.1 (five each), alexnet owt 10.4-11.0 against
+    11.3-11.4 (two each); a later three rounds of both this and the
+    worker's yield (runtime/scheduler.py) against neither showed lenet data
+    unchanged (3.8-4.3 ms both) and alexnet owt 10.9-11.0 against
+    12.0-12.2. Returns whether it was set (not on macOS or Windows)."""
     try:
         import ctypes
 
