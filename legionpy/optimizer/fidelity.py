@@ -310,8 +310,9 @@ def annotate_lock_shares(taskgraph: dict, graph: Any,
         share = shares.get((_op_name(m.group("what"), ops), m.group("phase")))
         if share:
             t["lock_share"] = min(1.0, share)
-            if contention(share) > 1.0:
-                t["lock_contention"] = contention(share)
+            k = contention(share)
+            if k > 1.0:
+                t["lock_contention"] = k
     return taskgraph
 
 
