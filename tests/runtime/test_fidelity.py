@@ -793,12 +793,13 @@ def test_lock_share_tells_a_kernel_holding_the_lock_from_one_releasing_it():
     assert lock_share(sleeping, sleeping, seconds=0.02, reps=5) == 0.0
 
 
-def test_an_lstm_cell_s_share_is_over_one():
+def test_an_lstm_cell_holds_the_lock_most_of_its_time():
     """numpy hands the lock over at every call on arrays of a few hundred
-    elements: two threads of LSTM cells (batch 16, 32 units) take longer
-    than one after the other (shares 1.37-1.5 measured on the project's
-    machine), which the model charges as their contention."""
-    from legionpy.optimizer.lockshare import MAX_SHARE, contention, lock_share
+    elements: two threads of LSTM cells (batch 16, 32 units) take about as
+    long as one after the other, or longer (shares 1.37-1.5 measured on the
+    project's machine, 0.99 in one CI run on another host). How far over
+    one is the host's; that the cell is lock-bound is the kernel's."""
+    from legionpy.optimizer.lockshare import MAX_SHARE, lock_share
 
     rng = np.random.default_rng(0)
 
@@ -814,7 +815,33 @@ def test_an_lstm_cell_s_share_is_over_one():
         return cell
 
     share = lock_share(cell_on_own_arrays(), cell_on_own_arrays(), seconds=0.02, reps=5)
-    assert 1.05 < share <= MAX_SHARE and contention(share) == share
+    assert 0.7 < share <= MAX_SHARE
+
+
+@pytest.mark.parametrize("one, two, share", [
+    (1.0, 2.8, 1.4),     # two threads slower than one after the other: kept over 1
+    (1.0, 4.0, 1.5),     # ... up to MAX_SHARE
+    (1.0, 1.6, 0.8),     # lock-bound under 1
+    (1.0, 1.05, 0.0),    # under MIN_RATIO: the lock is not the bottleneck
+])
+def test_a_share_is_two_threads_time_over_twice_one_s(monkeypatch, one, two, share):
+    """The arithmetic of :func:`lock_share` on given timings: shares over one
+    (each hand-over of the lock costs) are kept up to MAX_SHARE and charged
+    as contention; ratios under MIN_RATIO read 0."""
+    from legionpy.optimizer import lockshare
+
+    calls = []
+
+    def wall(fn, n):
+        calls.append(n)
+        # the first call sizes the batches; the next `reps` time one thread
+        return 1e-3 if len(calls) == 1 else (one if len(calls) <= 3 else two)
+
+    monkeypatch.setattr(lockshare, "_wall_per_call", wall)
+    got = lockshare.lock_share(lambda: None, lambda: None, seconds=0.01, reps=2)
+    assert got == pytest.approx(share)
+    assert lockshare.contention(got) == pytest.approx(max(1.0, share))
+    assert len(calls) == 5
 
 
 def test_sharing_keeps_each_resource_fifo_and_the_list_schedule_without_python():
