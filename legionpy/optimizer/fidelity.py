@@ -78,14 +78,15 @@ ranks to a core, :func:`_one_core_each`) are not pipelined whatever
 ``pipelined`` says: the control thread yields its core every 25 us and the
 OS hands it to a device worker for the rest of a kernel, so it does not
 run a step ahead (a step's replay took 4.3-8.1 ms to submit, for 0.8 ms of
-work; 28 Nov). There it runs from the step's
-start *behind* the rank's other threads, on the lock and the core they
-leave, and each task waits until every rank it runs on has issued it
-(:func:`.sharing.share_schedule`'s ``issue``). On the saved measurements
-of three ``mpirun -n 2`` benches, each with its lock terms fitted again
-under this model, the mean error went 9.0/12.2/10.6 -> 8.4/9.8/8.2% and
-the worst row 22.5/27.9/22.7 -> 20.3/19.4/16.2%, and the fit explained
-the calibration's own rows better in all three. Each
+work; 28 Nov). There it runs from the step's start *behind* the rank's
+other threads, on the lock and the core they leave, and each task waits
+until every rank it runs on has issued it (:func:`.sharing.share_schedule`'s
+``issue``). On the saved measurements of five ``mpirun -n 2`` benches, each
+with its lock terms fitted again under either model, the mean error went
+9.0/12.2/10.6/13.3/11.5 -> 8.4/9.8/8.2/11.5/9.6% and the worst row
+22.5/27.9/22.7/22.9/26.3 -> 20.3/19.4/16.2/20.6/23.4%, and the fit
+explained the calibration's own rows better in all five
+(docs/decisions.md). Each
 device and link stays FIFO in order of readiness: the task graph and every
 resource's order are the simulator's, only the durations stretch. These
 terms are fitted on synthetic models
@@ -501,10 +502,11 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     work and the devices' schedule (tasks ready when their inputs are, the
     control thread's issue times dropped); not on ranks of one core each,
     whose control thread cannot run ahead (module doc). Otherwise (one
-    step, then wait) every task also waits for its issue. ``update_fields``: region fields an
-    update task reads and writes (weight, gradient and the optimizer's
-    state); ``update_scale``: the optimizer's update kernel relative to the
-    cost model's (plain SGD's; Adam makes ~4.7x the array passes,
+    step, then wait) every task also waits for its issue.
+    ``update_fields``: region fields an update task reads and writes
+    (weight, gradient and the optimizer's state); ``update_scale``: the
+    optimizer's update kernel relative to the cost model's (plain SGD's;
+    Adam makes ~4.7x the array passes,
     :func:`legionpy.measure.fidelity.optimizer_update_terms`). ``reduce_byte_s``:
     a device's seconds per byte of gradient reductions where it is not
     ``overhead.reduce_byte_s`` (measured on the host's memory): a GPU's
