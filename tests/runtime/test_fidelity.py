@@ -831,17 +831,19 @@ def test_a_share_is_two_threads_time_over_twice_one_s(monkeypatch, one, two, sha
     from legionpy.optimizer import lockshare
 
     calls = []
+    reps = 2
 
     def wall(fn, n):
         calls.append(n)
-        # the first call sizes the batches; the next `reps` time one thread
-        return 1e-3 if len(calls) == 1 else (one if len(calls) <= 3 else two)
+        # the first call sizes the batches; the next `reps` time one thread alone,
+        # the last `reps` two threads
+        return 1e-3 if len(calls) == 1 else (one if len(calls) <= 1 + reps else two)
 
     monkeypatch.setattr(lockshare, "_wall_per_call", wall)
-    got = lockshare.lock_share(lambda: None, lambda: None, seconds=0.01, reps=2)
+    got = lockshare.lock_share(lambda: None, lambda: None, seconds=0.01, reps=reps)
     assert got == pytest.approx(share)
     assert lockshare.contention(got) == pytest.approx(max(1.0, share))
-    assert len(calls) == 5
+    assert len(calls) == 1 + 2 * reps
 
 
 def test_sharing_keeps_each_resource_fifo_and_the_list_schedule_without_python():
