@@ -773,13 +773,15 @@ def test_lock_shares_reach_the_tasks_of_their_op_and_phase():
 
 
 def test_lock_share_tells_a_kernel_holding_the_lock_from_one_releasing_it():
-    """Two threads of a pure-Python loop run one at a time (share ~1); two
-    threads sleeping (the lock released) overlap (share 0). Each figure is
-    the best of five batches: with two, one slow batch of the thread alone
-    (a VM's stolen time) read 0.65 once in a CI run."""
+    """Two threads of a pure-Python loop run one at a time: the loop reads as
+    lock-bound (two threads' time over one's at least MIN_RATIO, a share of
+    at least MIN_RATIO / 2); two threads sleeping (the lock released) overlap
+    (share 0). How close to 1 the loop's share comes is the host's: 0.9-1.0
+    on the project's machine, 0.67 in one CI run on another host (best of
+    five batches each)."""
     import time
 
-    from legionpy.optimizer.lockshare import lock_share
+    from legionpy.optimizer.lockshare import MIN_RATIO, lock_share
 
     def python():
         s = 0
@@ -789,7 +791,7 @@ def test_lock_share_tells_a_kernel_holding_the_lock_from_one_releasing_it():
     def sleeping():
         time.sleep(0.0005)
 
-    assert lock_share(python, python, seconds=0.02, reps=5) > 0.7
+    assert lock_share(python, python, seconds=0.02, reps=5) >= MIN_RATIO / 2
     assert lock_share(sleeping, sleeping, seconds=0.02, reps=5) == 0.0
 
 
@@ -798,8 +800,9 @@ def test_an_lstm_cell_holds_the_lock_most_of_its_time():
     elements: two threads of LSTM cells (batch 16, 32 units) take about as
     long as one after the other, or longer (shares 1.37-1.5 measured on the
     project's machine, 0.99 in one CI run on another host). How far over
-    one is the host's; that the cell is lock-bound is the kernel's."""
-    from legionpy.optimizer.lockshare import MAX_SHARE, lock_share
+    one is the host's (as is how close to one: a pure-Python loop read 0.67
+    in one CI run); that the cell is lock-bound is the kernel's."""
+    from legionpy.optimizer.lockshare import MAX_SHARE, MIN_RATIO, lock_share
 
     rng = np.random.default_rng(0)
 
@@ -815,7 +818,7 @@ def test_an_lstm_cell_holds_the_lock_most_of_its_time():
         return cell
 
     share = lock_share(cell_on_own_arrays(), cell_on_own_arrays(), seconds=0.02, reps=5)
-    assert 0.7 < share <= MAX_SHARE
+    assert MIN_RATIO / 2 <= share <= MAX_SHARE
 
 
 @pytest.mark.parametrize("one, two, share", [
