@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import legionpy as lp  # noqa: E402
 from legionpy.measure import runtime_overhead  # noqa: E402
-from legionpy.measure.calibration import calibration_models, fit_lock_terms  # noqa: E402
+from legionpy.measure.calibration import calibration_models, fit_lock_terms_on_ranks  # noqa: E402
 from legionpy.optimizer import Machine  # noqa: E402
 from legionpy.optimizer.fidelity import RuntimeOverhead  # noqa: E402
 
@@ -85,7 +85,7 @@ def main() -> None:
     rows = dump["rows"]
     cached = runtime_overhead(machine)
     variants = {"cached": {k: getattr(cached, k) for k in LOCK_TERMS + ("task_s",)}}
-    fit = fit_lock_terms(base, rows, graphs, fit_copy=dump["fit_copy"])
+    fit = fit_lock_terms_on_ranks(base, rows, graphs, fit_copy=dump["fit_copy"])
     variants["fit"] = fit
     for text in args.set:
         v = _variant(text)

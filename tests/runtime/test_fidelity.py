@@ -1251,6 +1251,39 @@ def test_lock_fit_recovers_a_known_hop_between_ranks():
     assert one["hop_s"] == 0.0
 
 
+def test_the_lock_fit_shared_among_ranks_is_the_fit_one_process_takes(monkeypatch):
+    """fit_lock_terms_on_ranks: each rank descends from every n-th
+    gil_kernel_s; the best of the parts (lowest loss, then first in the grid)
+    is the whole fit's, for any number of ranks, and so is what it returns."""
+    from legionpy.measure import calibration
+    from legionpy.optimizer.costmodel import AnalyticCostModel
+
+    machine = Machine.parse("local:2")
+    ovh = RuntimeOverhead(launch_s=1e-5, task_s=2e-5, cores=2, control_threads=1,
+                          gil_kernel_s=1e-5, copy_s=2e-5)
+    truth_ovh = replace(ovh, gil_kernel_s=1e-4, wake_s=3e-5)
+    rows, graphs = [], []
+    for depth in (2, 4):
+        g = calibration._mlp(depth).graph
+        sim = Simulator(g, machine, AnalyticCostModel())
+        sim.run(Strategy.data_parallel(g, machine))
+        tg = sim.tg.to_json()
+        truth = simulate_with_runtime(tg, truth_ovh, g, pipelined=True)
+        rows.append({"copies": 0, "period_s": truth["iteration_time_s"],
+                     "busy_s": sum(truth["per_device_busy_s"].values())})
+        graphs.append((tg, g))
+    whole = calibration.fit_lock_terms(ovh, rows, graphs, fit_copy=False)
+    for n in (3, 20):
+        parts = [calibration.fit_lock_terms(ovh, rows, graphs, fit_copy=False, part=(i, n))
+                 for i in range(n)]
+        grid = len({*calibration.GIL_GRID, ovh.gil_kernel_s})
+        assert all((p is None) == (i >= grid) for i, p in enumerate(parts))
+        best = min((p for p in parts if p is not None), key=lambda p: (p["loss"], p["order"]))
+        assert {k: v for k, v in best.items() if k != "order"} == whole
+    monkeypatch.setattr(calibration, "share_among_ranks", lambda fn: [fn(i, 3) for i in range(3)])
+    assert calibration.fit_lock_terms_on_ranks(ovh, rows, graphs, fit_copy=False) == whole
+
+
 def _cached_calibration(cache, background: list[float]) -> str:
     from legionpy.measure.calibration import _overhead_path
 

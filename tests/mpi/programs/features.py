@@ -1,9 +1,9 @@
 """Several cross-rank behaviours in one mpirun (start-up costs ~1 s each):
 reductions from every rank, Region.read on every rank, futures across
 ranks (get on every rank, get on one rank only, a future as the argument of
-a task on another rank, FutureMap.get and .gather), on_rank0_alone, devices
-numbered rank-major, and describe_job(). Prints "OK features rank R" on
-success."""
+a task on another rank, FutureMap.get and .gather), on_rank0_alone,
+share_among_ranks, devices numbered rank-major, and describe_job(). Prints
+"OK features rank R" on success."""
 
 import numpy as np
 from mpi4py import MPI
@@ -13,7 +13,7 @@ from legionpy import models
 from legionpy.measure.fidelity import predict
 from legionpy.optimizer import Machine, Strategy, lockshare
 from legionpy.probe.job import describe_job
-from legionpy.runtime.mpi import on_rank0_alone
+from legionpy.runtime.mpi import on_rank0_alone, share_among_ranks
 
 comm = MPI.COMM_WORLD
 rank, size = comm.rank, comm.size
@@ -103,6 +103,8 @@ assert fm5.gather() == [(6, 0)]
 ran = []
 assert on_rank0_alone(lambda: ran.append(rank) or ("measured by", rank)) == ("measured by", 0)
 assert ran == ([0] if rank == 0 else [])
+# work split among the ranks: each runs its part, every rank gets every part
+assert share_among_ranks(lambda r, n: (r, n, rank)) == [(r, size, r) for r in range(size)]
 # the worker cost model's kernels and lock shares are measured on rank 0 alone
 lockshare.BUSY_CORES = 2.0  # this checks who measures, not the machine's load
 timed = []
