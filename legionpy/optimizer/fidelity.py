@@ -49,7 +49,7 @@ stretched by the measured slowdown of a GEMM / a memory-bound stream run on
 every device at once (interpolated by arithmetic intensity), unless the
 cost model is ``"contended"`` (kernels profiled with the other devices
 busy). The figures are cached per machine in
-``$LEGIONPY_CACHE/overhead-v23-MACHINE[-bound].json``.
+``$LEGIONPY_CACHE/overhead-v24-MACHINE[-bound].json``.
 
 The interpreter lock and the cores are *processor-shared* (issue 26,
 :mod:`.sharing`): every device and link is a thread of its process (devices
@@ -71,7 +71,25 @@ gets it; a copy between two processes keeps a core busy on each side
 (both wait on the transfer); all threads share ``cores`` (ranks bound to
 their own blocks of them, ``bound``, share only their block:
 legionpy/affinity.py). So two Python-bound tasks of one process take twice
-as long as one, and of two processes (``mpirun``) as long as one. Each
+as long as one, and of two processes (``mpirun``) as long as one.
+
+Ranks of one core each (``mpirun -n 2`` on this 2-core machine; not two
+ranks to a core, :func:`_one_core_each`) are not pipelined whatever
+``pipelined`` says: the control thread yields its core every 25 us and the
+OS hands it to a device worker for the rest of a kernel, so it does not
+run a step ahead (a step's replay took 4.3-8.1 ms to submit, for 0.8 ms of
+work; 28 Nov). There it runs from the step's start *behind* the rank's
+other threads, on the lock and the core they leave, and each task waits
+until every rank it runs on has issued it (:func:`.sharing.share_schedule`'s
+``issue``). On the saved measurements of five ``mpirun -n 2`` benches, each
+with its lock terms fitted again under either model, the mean error went
+9.0/12.2/10.6/13.3/11.5 -> 8.4/9.8/8.2/11.5/9.6% and the worst row
+22.5/27.9/22.7/22.9/26.3 -> 20.3/19.4/16.2/20.6/23.4%, and the fit
+explained the calibration's own rows better in all five
+(docs/decisions.md). Its lock fit takes about as long as the plain
+model's did (40 s against 35 on one calibration's rows) because the ranks
+share the fit (:func:`legionpy.measure.calibration.fit_lock_terms_on_ranks`;
+taken whole on every rank, it took 88 s). Each
 device and link stays FIFO in order of readiness: the task graph and every
 resource's order are the simulator's, only the durations stretch. These
 terms are fitted on synthetic models
@@ -485,11 +503,13 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     before waiting for step i, so the control thread works one step ahead of
     the devices: the iteration takes the longer of the control thread's
     work and the devices' schedule (tasks ready when their inputs are, the
-    control thread's issue times dropped). Otherwise (one step, then wait)
-    every task also waits for its issue. ``update_fields``: region fields an
-    update task reads and writes (weight, gradient and the optimizer's
-    state); ``update_scale``: the optimizer's update kernel relative to the
-    cost model's (plain SGD's; Adam makes ~4.7x the array passes,
+    control thread's issue times dropped); not on ranks of one core each,
+    whose control thread cannot run ahead (module doc). Otherwise (one
+    step, then wait) every task also waits for its issue.
+    ``update_fields``: region fields an update task reads and writes
+    (weight, gradient and the optimizer's state); ``update_scale``: the
+    optimizer's update kernel relative to the cost model's (plain SGD's;
+    Adam makes ~4.7x the array passes,
     :func:`legionpy.measure.fidelity.optimizer_update_terms`). ``reduce_byte_s``:
     a device's seconds per byte of gradient reductions where it is not
     ``overhead.reduce_byte_s`` (measured on the host's memory): a GPU's
@@ -695,14 +715,17 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, kern: list,
             py = dur[i] - kern[i] + min(kern[i], held)
         python.append(min(1.0, py / dur[i]) if dur[i] > 0 else 0.0)
     ranks = max(1, overhead.control_threads)
+    groups = _core_groups(overhead) if overhead.bound else None
+    # ranks of one core each: the control thread is not a step ahead (it
+    # yields the core to the workers); tasks wait for their issue
+    gate = list(issued) if _one_core_each(groups) else None
     r = share_schedule([t["device"] for t in tasks], procs, dur, python,
-                       [0.0] * n if pipelined else list(issued), succs,
+                       [0.0] * n if pipelined or gate else list(issued), succs,
                        cores=overhead.cores, switch=overhead.gil_switch,
                        control=[clock] * ranks, weight=weight, wake=overhead.wake_s,
                        fair=overhead.gil_order == "fair", spread=spread,
-                       core_groups=_core_groups(overhead) if overhead.bound else None,
-                       control_after=loss, delay=hop,
-                       contention=[t.get("lock_contention", 1.0) for t in tasks])
+                       core_groups=groups, control_after=loss, delay=hop,
+                       contention=[t.get("lock_contention", 1.0) for t in tasks], issue=gate)
     return r["end"], r["start"], r["admit"], max(
         (e - s for e, s in zip(r["control_end"], r["control_start"])), default=0.0)
 
@@ -715,6 +738,25 @@ def _loss_tasks(tasks: list[dict], graph: Any) -> list[int]:
     last = graph.ops[-1].name
     return [i for i, t in enumerate(tasks)
             if t["kind"] == "compute" and t["name"].startswith(f"F:{last}[")]
+
+
+def _one_core_each(groups: dict[int, tuple[int, float]] | None) -> bool:
+    """Whether every rank has a core of its own and no more (module doc:
+    its control thread then issues behind its workers). Two ranks to a core
+    (``mpirun -n 4`` on 2 cores) are not: the OS shares the core between
+    the ranks, and the model with issues fitted the calibration's rows
+    better there but put the zoo's rows 18.6% low on average, against 10.6%
+    without (offline on the bench of 28 Nov, R16).
+
+    >>> _one_core_each({0: (0, 1.0), 1: (1, 1.0)}), _one_core_each(None)
+    (True, False)
+    >>> _one_core_each({0: (0, 1.0), 1: (1, 1.0), 2: (0, 1.0), 3: (1, 1.0)})
+    False
+    """
+    if not groups:
+        return False
+    blocks = [g for g, _ in groups.values()]
+    return len(set(blocks)) == len(blocks) and max(c for _, c in groups.values()) <= 1.0
 
 
 def _core_groups(overhead: RuntimeOverhead) -> dict[int, tuple[int, float]]:

@@ -85,6 +85,9 @@ from collections.abc import Sequence
 __all__ = ["share_schedule", "share_rates"]
 
 _EPS = 1e-15
+#: seconds of control work within which a task counts as issued (float error
+#: in the control thread's progress must not leave an issue a step away)
+_ISSUE_TOL = 1e-12
 
 
 def share_rates(threads: Sequence[tuple], cores: float,
@@ -232,6 +235,42 @@ def _share_groups(threads: Sequence[tuple], x: list[float],
             x[j] *= min((factor[g] for g, _ in sp), default=1.0)
 
 
+def _behind(threads: Sequence[tuple], x: list[float], back: list[int], cores: float,
+            core_groups: dict[int, tuple[int, float]] | None) -> None:
+    """Rates, in place, of the threads ``back`` (all-Python control threads
+    behind every other thread of their process: ``share_schedule``'s
+    ``issue``): what the others (their rates in ``x``) leave of their
+    process's lock and of its cores, at most full speed.
+
+    >>> x = [0.25, 0.0]   # a worker at a quarter speed in a numpy kernel, all Python
+    >>> _behind([(0, 1.0), (0, 1.0)], x, [1], cores=0, core_groups=None); x
+    [0.25, 0.75]
+    >>> x = [1.0, 0.0]    # a worker releasing the lock, alone on its process's one core
+    >>> _behind([(0, 0.1), (0, 1.0)], x, [1], cores=1, core_groups={0: (0, 1.0)}); x
+    [1.0, 0.0]
+    """
+    ahead = [j for j in range(len(threads)) if j not in back]
+    for j in back:
+        p = threads[j][0]
+        lock = 1.0 - sum(threads[k][1] * x[k] for k in ahead if threads[k][0] == p)
+        core = float("inf")
+        if cores > 0:
+            if core_groups:
+                g, cap = core_groups.get(p, (p, 1.0))
+                used = 0.0
+                for k in ahead:
+                    procs = threads[k][4] if len(threads[k]) > 4 and threads[k][4] \
+                        else (threads[k][0],)
+                    each = (threads[k][2] if len(threads[k]) > 2 else 1.0) / len(procs)
+                    used += x[k] * each * sum(1 for q in procs
+                                              if core_groups.get(q, (q, 1.0))[0] == g)
+                core = cap - used
+            else:
+                core = cores - sum(x[k] * (threads[k][2] if len(threads[k]) > 2 else 1.0)
+                                   for k in ahead)
+        x[j] = max(0.0, min(1.0, lock, core))
+
+
 def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float],
                    python: Sequence[float], ready: Sequence[float],
                    succs: Sequence[Sequence[int]], cores: float = 0.0, switch: float = 0.0,
@@ -241,7 +280,8 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
                    core_groups: dict[int, tuple[int, float]] | None = None,
                    control_after: Sequence[int] = (),
                    delay: Sequence[float] | None = None,
-                   contention: Sequence[float] | None = None) -> dict:
+                   contention: Sequence[float] | None = None,
+                   issue: Sequence[float] | None = None) -> dict:
     """Schedule tasks on FIFO resources under processor sharing (module doc).
 
     ``res[i]``: task i's resource (a thread), ``proc[i]``: its process,
@@ -268,7 +308,13 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
     wake-up), using neither a core nor the lock (a copy between processes:
     the other side's thread seeing it). ``contention[i]``: task i's
     kernel's hand-over cost beside another such (:func:`share_rates`; 1:
-    none). Returns ``{"start", "end"}`` per
+    none). ``issue[i]``: the seconds of its process's control work done
+    before task i is issued (its launch): the control threads then run from
+    time 0 *behind* every other thread of their processes, on the lock and
+    the cores they leave (a rank whose threads share one core: the control
+    thread yields it, and a worker keeps it for its whole kernel), and a task
+    joins its resource's queue once its inputs are ready and every process
+    it spans has issued it (:func:`_behind`). Returns ``{"start", "end"}`` per
     task (``start``: when its work begins -- after any wake-up, and once it
     gets a share of its lock), ``"admit"`` (when it got its resource), and
     ``"control_start"`` and
@@ -315,13 +361,44 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
 
     control_end = [0.0] * len(control)
     t = 0.0
+    gated = issue is not None
+    if gated:
+        trigger = set()
+    # tasks whose inputs are ready, not yet issued by every process they span:
+    # per such tuple of processes, a heap of (issue, task)
+    unissued: dict[tuple, list[tuple[float, int]]] = {}
+
+    def procs_of(i: int) -> tuple:
+        return tuple(spread[i]) if spread is not None and spread[i] else (proc[i],)
+
+    def progress(p: int) -> float:  # the control work process p has done
+        c = running.get(("control", p))
+        return control[p] if c is None else control[p] - c[0]
+
+    def issued(q: float, procs: tuple) -> bool:
+        return all(progress(p) >= q - _ISSUE_TOL for p in procs)
+
+    def arrive(i: int, at: float) -> None:
+        if gated and not issued(issue[i], procs_of(i)):
+            heapq.heappush(unissued.setdefault(procs_of(i), []), (issue[i], i))
+        else:
+            heapq.heappush(arrivals, (max(ready[i], at), i))
+
     if not trigger:
         start_control()
+    if gated:
+        first, arrivals = arrivals, []
+        for r, i in first:
+            arrive(i, r)
     done = 0
     rates: list[float] = []
     keys: list = []
     dirty = True
     while done < n or running:
+        for procs, h in unissued.items():  # the control threads have issued them by now
+            while h and issued(h[0][0], procs):
+                i = heapq.heappop(h)[1]
+                heapq.heappush(arrivals, (max(ready[i], t), i))
         # tasks whose inputs are ready by now join their resources' queues
         while arrivals and arrivals[0][0] <= t:
             r, i = heapq.heappop(arrivals)
@@ -346,9 +423,19 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
                 dirty = True
         if dirty:
             keys = sorted(running, key=lambda k: senior.get(k, 0)) if not fair else list(running)
-            rates = share_rates([(running[k][1], running[k][2], running[k][4], running[k][5],
-                                  running[k][6], running[k][7]) for k in keys], cores,
-                                switch, fair, core_groups)
+            threads = [(running[k][1], running[k][2], running[k][4], running[k][5],
+                        running[k][6], running[k][7]) for k in keys]
+            if gated:  # the control threads take what the others leave
+                back = [j for j, k in enumerate(keys) if running[k][3] < 0]
+                front = [j for j in range(len(keys)) if running[keys[j]][3] >= 0]
+                got = share_rates([threads[j] for j in front], cores, switch, fair,
+                                  core_groups)
+                rates = [0.0] * len(keys)
+                for j, v in zip(front, got):
+                    rates[j] = v
+                _behind(threads, rates, back, cores, core_groups)
+            else:
+                rates = share_rates(threads, cores, switch, fair, core_groups)
             dirty = False
             for k, x in zip(keys, rates):
                 i = running[k][3]
@@ -375,6 +462,14 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
         for k, x in zip(keys, rates):
             if x > 0:
                 dt = min(dt, running[k][0] / x)
+        if gated:  # the next issue of a waiting task
+            pace = {-1 - running[k][3]: x for k, x in zip(keys, rates)
+                    if x > 0 and running[k][3] < 0}
+            for procs, h in unissued.items():
+                for p in procs:
+                    left = h[0][0] - progress(p) if h and p in pace else 0.0
+                    if left > _ISSUE_TOL:
+                        dt = min(dt, left / pace[p])
         if dt == float("inf"):
             raise ValueError(f"task graph has a cycle: {n - done} of {n} tasks never ran")
         t += dt
@@ -413,6 +508,6 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
             for s in succs[i]:
                 preds[s] -= 1
                 if preds[s] == 0:
-                    heapq.heappush(arrivals, (max(ready[s], t), s))
+                    arrive(s, t)
     return {"start": start, "end": end, "admit": admit, "control_end": control_end,
             "control_start": control_start}

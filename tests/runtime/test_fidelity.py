@@ -1484,3 +1484,33 @@ def test_a_worker_the_lock_comes_to_after_a_wait_wakes_first_by_hand():
     r = share_schedule(["cpu0", "cpu1"], [0, 1], [1.0, 1.0], [1.0, 1.0], [0.0, 0.0],
                        [[], []], cores=2, fair=False, wake=0.1)
     assert r["end"] == pytest.approx([1.1, 1.1])
+
+
+def test_a_one_core_rank_s_control_thread_issues_behind_its_worker():
+    """A rank whose threads share one core: the control thread runs on what
+    the worker leaves, and a task starts only once it is issued. Control
+    work 1 s, tasks of 1 s (numpy, no lock) issued at 0.5 and 1.0 s of it:
+    the first waits for its issue (0.5), keeps the core to 1.5; the control
+    thread then issues the second at 2.0, which ends at 3.0."""
+    from legionpy.optimizer.sharing import share_schedule
+
+    kw = dict(cores=1, fair=False, control=[1.0], core_groups={0: (0, 1.0)})
+    r = share_schedule(["cpu0", "cpu0"], [0, 0], [1.0, 1.0], [0.0, 0.0], [0.0, 0.0],
+                       [[], []], issue=[0.5, 1.0], **kw)
+    assert r["start"] == pytest.approx([0.5, 2.0]) and r["end"] == pytest.approx([1.5, 3.0])
+    assert r["control_end"] == pytest.approx([2.0])
+    # without issue times the control thread shares the core from the start
+    # (processor sharing): the tasks run from 0, at half speed while it works
+    r = share_schedule(["cpu0", "cpu0"], [0, 0], [1.0, 1.0], [0.0, 0.0], [0.0, 0.0],
+                       [[], []], **kw)
+    assert r["start"][0] == 0.0 and r["end"][1] == pytest.approx(3.0)
+    assert r["control_end"] == pytest.approx([2.0])
+    # a copy between two ranks waits for both to issue it: rank 0's control
+    # thread gets its core only once its task ends (1 s), so issues the copy
+    # at 3 s; rank 1's, alone on its core, issues its own task at 2 s
+    r = share_schedule(["cpu0", "link", "cpu1"], [0, 0, 1], [1.0, 0.5, 1.0],
+                       [0.0, 0.0, 0.0], [0.0] * 3, [[], [], []], cores=2, fair=False,
+                       control=[2.0, 2.0], core_groups={0: (0, 1.0), 1: (1, 1.0)},
+                       spread=[(), (0, 1), ()], issue=[0.0, 2.0, 2.0], weight=[1.0, 0.0, 1.0])
+    assert r["start"] == pytest.approx([0.0, 3.0, 2.0])
+    assert r["end"] == pytest.approx([1.0, 3.5, 3.0])
