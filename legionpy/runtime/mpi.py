@@ -50,7 +50,7 @@ from ..errors import TaskError
 from .scheduler import FAILED
 
 __all__ = ["launched_under_mpi", "cluster", "Cluster", "MPI_ENV_VARS", "bcast_root", "allgather",
-           "on_rank0_alone", "rank_and_size", "share_among_ranks"]
+           "on_rank0_alone", "share_among_ranks"]
 
 MPI_ENV_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALRANKID", "PMIX_RANK")
 ERR_TAG, REQ_TAG = 1, 2
@@ -164,25 +164,18 @@ def allgather(value: Any) -> list[Any]:
     return cluster().coll.allgather(value)
 
 
-def rank_and_size() -> tuple[int, int]:
-    """This process's rank and the job's ranks (``(0, 1)`` outside MPI)."""
-    if not launched_under_mpi():
-        return 0, 1
-    cl = cluster()
-    return cl.rank, cl.size
-
-
 def share_among_ranks(fn: Callable[[int, int], Any], nap_s: float = 2e-3) -> list[Any]:
     """Work split among the ranks: ``fn(rank, size)`` on every rank (its
     part of the work), then every rank's result in rank order
     (``[fn(0, 1)]`` outside MPI). A rank done early naps until the others are
     (:func:`_napping_barrier`): ranks sharing a core (``mpirun -n 4`` on two)
     then leave it to the ones still working. Collective."""
-    rank, size = rank_and_size()
-    out = fn(rank, size)
-    if size == 1:
-        return [out]
+    if not launched_under_mpi():
+        return [fn(0, 1)]
     cl = cluster()
+    out = fn(cl.rank, cl.size)
+    if cl.size == 1:
+        return [out]
     _napping_barrier(cl, "the other ranks' parts of the work", nap_s)
     return cl.coll.allgather(out)
 
