@@ -2,8 +2,12 @@
 reductions from every rank, Region.read on every rank, futures across
 ranks (get on every rank, get on one rank only, a future as the argument of
 a task on another rank, FutureMap.get and .gather), on_rank0_alone,
-share_among_ranks, devices numbered rank-major, and describe_job(). Prints
+share_among_ranks, devices numbered rank-major, the kernel-concurrency probe's
+medians (this rank's tasks, not the ghosts of the others'), and
+describe_job(). Prints
 "OK features rank R" on success."""
+
+import os
 
 import numpy as np
 from mpi4py import MPI
@@ -13,6 +17,7 @@ from legionpy import models
 from legionpy.measure.fidelity import predict
 from legionpy.optimizer import Machine, Strategy, lockshare
 from legionpy.probe.job import describe_job
+from legionpy.probe.overhead import measure_kernel_concurrency
 from legionpy.runtime.mpi import on_rank0_alone, share_among_ranks
 
 comm = MPI.COMM_WORLD
@@ -116,6 +121,13 @@ pred = predict(g, Strategy.data_parallel(g, machine), machine, overhead=False)
 assert (len(timed) > 0) == (rank == 0), (rank, len(timed))
 assert comm.allgather(pred["iteration_time_s"]) == [pred["iteration_time_s"]] * size
 lockshare.lock_share = real_share
+# the probe's "together" median is of the tasks this rank ran: with the other
+# ranks' ghosts (no time) in it, it read half the kernel (28 Nov)
+# (a core each: ranks sharing cores poll on the ones the probe times)
+conc = measure_kernel_concurrency(n=128, elems=200_000, reps=8, tries=1)
+if size <= (os.cpu_count() or 1):
+    assert conc["gemm_together_s"] > 0.7 * conc["gemm_alone_s"], conc
+    assert conc["stream_together_s"] > 0.7 * conc["stream_alone_s"], conc
 late = whoami(5)
 if rank == 0:  # only one rank asks: the owner answers from its service thread
     assert late.get()[0] == 5 and 0 <= late.get()[1] < size
