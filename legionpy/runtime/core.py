@@ -826,11 +826,15 @@ class Runtime:
         if getattr(self, "_trace_gathered", False):
             return
         self._trace_gathered = True
-        parts = self.repl.cl.coll.gather(self.trace.to_chrome()["traceEvents"], root=0)
-        if self.rank == 0 and any(parts):
+        # each rank's records count from its own start: the wall clock of that
+        # start puts them on one timeline (ranks start ms apart)
+        start = time.time() - (time.perf_counter() - self.t0)
+        parts = self.repl.cl.coll.gather((self.trace.to_chrome()["traceEvents"], start), root=0)
+        if self.rank == 0 and any(events for events, _ in parts):
             from .trace import write_merged
 
-            write_merged(self._trace_path, parts)
+            write_merged(self._trace_path, [events for events, _ in parts],
+                         starts=[t for _, t in parts])
 
     def _exit_check(self) -> None:
         """At interpreter exit: wait for the launched tasks; a failure that no

@@ -30,6 +30,15 @@ def test_train_prints_once_and_merges_the_ranks_traces(tmp_path):
     assert devices == {0, 1, "comm:0,1"}
     names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
     assert names == {"rank 0", "rank 1"}
+    # one clock: a collective ends on no rank before every rank has entered it
+    # (each rank's records counted from its own start, ms apart, before)
+    spans: dict = {}
+    for e in done:
+        if e["args"].get("kind") == "collective":
+            spans.setdefault(e["args"]["id"], []).append((e["ts"], e["ts"] + e["dur"]))
+    both = [s for s in spans.values() if len(s) == 2]
+    assert both
+    assert all(min(end for _, end in s) >= max(start for start, _ in s) - 50 for s in both)
 
 
 def test_ctrl_c_stops_every_rank_at_the_same_step(tmp_path):

@@ -132,3 +132,24 @@ def test_a_collective_counts_in_every_member_s_exchange():
     assert all(b[r]["copy"] == 0.002 for r in b)
     assert b["dev 0"]["idle"] == pytest.approx(0.003)
 
+
+
+def test_merged_ranks_share_rank_0s_clock(tmp_path):
+    """Each rank's trace counts from its own start; merged, a rank that
+    started 2.8 ms after rank 0 has its events moved 2.8 ms later, so a copy
+    it received no longer ends before rank 0 sent it."""
+    from legionpy.runtime.trace import write_merged
+
+    send = {"name": "x.val", "ph": "X", "ts": 1000.0, "dur": 20.0, "pid": 0, "tid": 1}
+    recv = {"name": "x.val", "ph": "X", "ts": 100.0, "dur": 50.0, "pid": 1, "tid": 1}
+    meta = {"name": "thread_name", "ph": "M", "pid": 1, "tid": 1, "args": {"name": "link"}}
+    path = tmp_path / "t.json"
+    write_merged(path, [[send], [recv, meta]], starts=[50.0, 50.0028])
+    events = json.loads(path.read_text())["traceEvents"]
+    got = {e["pid"]: e for e in events if e.get("ph") == "X"}
+    assert got[0]["ts"] == 1000.0
+    assert got[1]["ts"] == pytest.approx(2900.0)
+    assert got[1]["ts"] + got[1]["dur"] >= got[0]["ts"]
+    assert [e for e in events if e.get("ph") == "M" and e["pid"] == 1][0] == meta
+    write_merged(path, [[send], [recv]])  # no starts: as recorded
+    assert json.loads(path.read_text())["traceEvents"][1]["ts"] == 100.0
