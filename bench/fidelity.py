@@ -51,6 +51,9 @@ KERNEL = {"lenet": {"batch_size": 512},
           "alexnet": {"batch_size": 128, "width": 0.25, "hidden": 512},
           "rnntc": {"batch_size": 512, "hidden": 256}}
 STRATEGIES = ("data", "model", "owt", "expert", "search", "random")
+#: the strategies issue 26's targets are stated over; other rows (single,
+#: expert, random) are reported beside them, over all rows
+ISSUE_STRATEGIES = ("data", "model", "owt", "search")
 
 
 def random_strategy(graph, machine, seed: int):
@@ -206,9 +209,18 @@ def _without(argv: list[str], *names: str) -> list[str]:
     return out
 
 
-def accuracy(models: list[str], sim: list[float], real: list[float]) -> dict:
+def accuracy(models: list[str], sim: list[float], real: list[float],
+             strategies: list[str] | None = None) -> dict:
     """Mean and worst relative error of ``sim`` against ``real``, Kendall's
-    tau over all rows and per model (models with two rows or more)."""
+    tau over all rows and per model (models with two rows or more). Given
+    each row's strategy, and rows outside :data:`ISSUE_STRATEGIES` among
+    them, ``"issue"`` holds the same figures over the issue's rows alone
+    (its targets' rows, :func:`met`).
+
+    >>> a = accuracy(["m"] * 3, [1.0, 2.0, 3.0], [1.0, 2.0, 2.0], ["data", "model", "single"])
+    >>> round(a["worst_error"], 2), a["issue"]["worst_error"], a["issue"]["per_model_tau"]
+    (0.5, 0.0, {'m': 1.0})
+    """
     from legionpy.optimizer.fidelity import kendall_tau, relative_error
 
     errs = [relative_error(s, r) for s, r in zip(sim, real)]
@@ -217,22 +229,36 @@ def accuracy(models: list[str], sim: list[float], real: list[float]) -> dict:
         rows = [k for k, mm in enumerate(models) if mm == m]
         if len(rows) > 1:
             per_model[m] = kendall_tau([sim[k] for k in rows], [real[k] for k in rows])
-    return {"mean_error": sum(errs) / len(errs), "worst_error": max(errs),
-            "kendall_tau": kendall_tau(sim, real), "per_model_tau": per_model}
+    out = {"mean_error": sum(errs) / len(errs), "worst_error": max(errs),
+           "kendall_tau": kendall_tau(sim, real), "per_model_tau": per_model}
+    keep = [k for k, st in enumerate(strategies or []) if st in ISSUE_STRATEGIES]
+    if strategies and keep and len(keep) < len(strategies):
+        out["issue"] = accuracy([models[k] for k in keep], [sim[k] for k in keep],
+                                [real[k] for k in keep])
+    return out
 
 
 def accuracy_text(summary: dict) -> str:
-    """``mean error .., worst .., Kendall tau .. (per model ..)``."""
-    return (f"mean error {summary['mean_error'] * 100:.1f}%, "
-            f"worst {summary['worst_error'] * 100:.1f}%, Kendall tau "
-            f"{summary['kendall_tau']:.3f} (per model "
-            + ", ".join(f"{k} {v:.2f}" for k, v in summary["per_model_tau"].items()) + ")")
+    """``mean error .., worst .., Kendall tau .. (per model ..)``, over all
+    rows and, where :func:`accuracy` set it apart, over the issue's."""
+    def one(s: dict) -> str:
+        return (f"mean error {s['mean_error'] * 100:.1f}%, "
+                f"worst {s['worst_error'] * 100:.1f}%, Kendall tau "
+                f"{s['kendall_tau']:.3f} (per model "
+                + ", ".join(f"{k} {v:.2f}" for k, v in s["per_model_tau"].items()) + ")")
+    if "issue" not in summary:
+        return one(summary)
+    return (f"all rows: {one(summary)}; issue 26's rows ({'/'.join(ISSUE_STRATEGIES)}): "
+            + one(summary["issue"]))
 
 
 def met(summary: dict, pre: str = "") -> bool:
     """Issue 26's targets: mean error <= 10%, worst <= 15%, Kendall tau >=
-    0.9 within every model (``pre``: ``"loaded_"`` for the loaded figures,
+    0.9 within every model, over the issue's rows (:func:`accuracy`'s
+    ``"issue"`` where set; ``pre``: ``"loaded_"`` for the loaded figures,
     whose tau is over all rows)."""
+    if not pre and "issue" in summary:
+        summary = summary["issue"]
     taus = ([summary[pre + "kendall_tau"]] if pre
             else list(summary.get("per_model_tau", {}).values()) or [summary["kendall_tau"]])
     return (summary[pre + "mean_error"] <= 0.10 and summary[pre + "worst_error"] <= 0.15
@@ -345,7 +371,8 @@ def over_processes(args, argv: list[str]) -> int:
             "calibration_interpreter_s"))), None)
         summary = {**accuracy([t["model"] for t in table],
                               [t["iteration_time_s"] for t in table],
-                              [t["measured_time_s"] for t in table]),
+                              [t["measured_time_s"] for t in table],
+                              [t["strategy"] for t in table]),
                    "processes": len(runs), "ranks": args.ranks,
                    "measured_spread": statistics.median(
                        spread(t["measured_per_process_s"]) for t in table),
@@ -423,7 +450,7 @@ def run_regime(regime, args, machine, overhead, sizes, root):
         "loaded_kendall_tau": kendall_tau(lsim, real),
         "mean_background_cores": sum(r.background_cores or 0 for r in results) / len(results),
         "regime": regime, "runs": len(results),
-        **accuracy([r.model for r in results], sim, real),
+        **accuracy([r.model for r in results], sim, real, [r.strategy for r in results]),
         "kernel_mean_error": sum(kerrs) / len(kerrs), "kernel_worst_error": max(kerrs),
         "kernel_kendall_tau": kendall_tau(ksim, real),
         "seconds": time.perf_counter() - t0, "machine": machine.name,

@@ -53,3 +53,19 @@ def test_the_host_s_speed_over_a_run_is_reported():
     assert bench.host_text(None, 0) == ""
     assert bench.host_text(1.234, 0) == " | host x1.23"
     assert bench.host_text(1.5, 2) == " | host x1.50 retook 2"
+
+
+def test_the_targets_are_judged_on_the_issue_s_strategies():
+    """Issue 26 states its targets over data/model/owt/search; a single row
+    (or expert, random) is reported over all rows, not judged."""
+    models = ["lenet"] * 5
+    sim = [3.5, 6.6, 4.1, 3.5, 3.0]
+    real = [3.6, 6.2, 4.3, 3.7, 4.4]  # single 32% off, and out of order
+    a = bench.accuracy(models, sim, real, ["data", "model", "owt", "search", "single"])
+    assert a["worst_error"] == pytest.approx(1.4 / 4.4)
+    assert a["issue"]["worst_error"] == pytest.approx(0.4 / 6.2)
+    assert a["issue"]["per_model_tau"]["lenet"] > a["per_model_tau"]["lenet"]
+    assert bench.met(a) and "issue 26's rows" in bench.accuracy_text(a)
+    only = bench.accuracy(models[:4], sim[:4], real[:4], ["data", "model", "owt", "search"])
+    assert "issue" not in only and bench.met(only)
+    assert not bench.met(bench.accuracy(models, sim, real))  # without strategies: every row
