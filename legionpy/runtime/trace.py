@@ -159,11 +159,24 @@ def write_merged(path: str | os.PathLike, parts: list[list[dict]],
     Without it a rank that started 2.8 ms after rank 0 showed each copy
     it received ending before it was sent (alexnet model, ``mpirun -n 2``)."""
     shift = [0.0] * len(parts) if starts is None else [(t - starts[0]) * 1e6 for t in starts]
-    events = [dict(e, ts=e["ts"] + dt) if "ts" in e and dt else e
-              for part, dt in zip(parts, shift) for e in part]
+    events = [_shifted(e, dt) if dt else e for part, dt in zip(parts, shift) for e in part]
     events += [{"name": "process_name", "ph": "M", "pid": r, "args": {"name": f"rank {r}"}}
                for r in range(len(parts))]
     atomic_write_json(path, {"traceEvents": events, "displayTimeUnit": "ms"}, default=_jsonable)
+
+
+def _shifted(event: dict, dt_us: float) -> dict:
+    """``event`` ``dt_us`` later: its timestamp and, for a collective, its
+    steps' (seconds, under ``args``)."""
+    if "ts" not in event:
+        return event
+    out = dict(event, ts=event["ts"] + dt_us)
+    steps = (event.get("args") or {}).get("steps")
+    if steps:
+        dt = dt_us * 1e-6
+        out["args"] = dict(event["args"], steps=[dict(st, start=st["start"] + dt,
+                                                     end=st["end"] + dt) for st in steps])
+    return out
 
 
 def _jsonable(v: Any) -> Any:

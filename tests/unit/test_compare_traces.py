@@ -141,7 +141,8 @@ def test_merged_ranks_share_rank_0s_clock(tmp_path):
     from legionpy.runtime.trace import write_merged
 
     send = {"name": "x.val", "ph": "X", "ts": 1000.0, "dur": 20.0, "pid": 0, "tid": 1}
-    recv = {"name": "x.val", "ph": "X", "ts": 100.0, "dur": 50.0, "pid": 1, "tid": 1}
+    recv = {"name": "x.val", "ph": "X", "ts": 100.0, "dur": 50.0, "pid": 1, "tid": 1,
+            "args": {"steps": [{"start": 1e-4, "end": 1.5e-4}]}}
     meta = {"name": "thread_name", "ph": "M", "pid": 1, "tid": 1, "args": {"name": "link"}}
     path = tmp_path / "t.json"
     write_merged(path, [[send], [recv, meta]], starts=[50.0, 50.0028])
@@ -150,6 +151,8 @@ def test_merged_ranks_share_rank_0s_clock(tmp_path):
     assert got[0]["ts"] == 1000.0
     assert got[1]["ts"] == pytest.approx(2900.0)
     assert got[1]["ts"] + got[1]["dur"] >= got[0]["ts"]
+    assert got[1]["args"]["steps"][0]["start"] == pytest.approx(2.9e-3)  # a collective's steps
+    assert recv["ts"] == 100.0  # the rank's own record is left as it was
     assert [e for e in events if e.get("ph") == "M" and e["pid"] == 1][0] == meta
     write_merged(path, [[send], [recv]])  # no starts: as recorded
     assert json.loads(path.read_text())["traceEvents"][1]["ts"] == 100.0
