@@ -36,7 +36,7 @@ from legionpy.measure.calibration import calibration_models, fit_lock_terms_on_r
 from legionpy.optimizer import Machine  # noqa: E402
 from legionpy.optimizer.fidelity import RuntimeOverhead  # noqa: E402
 
-LOCK_TERMS = ("gil_kernel_s", "gil_switch", "wake_s", "copy_s", "hop_s")
+LOCK_TERMS = ("gil_kernel_s", "gil_switch", "wake_s", "copy_s", "hop_s", "one_core_scale")
 
 
 def _variant(text: str) -> dict[str, float]:

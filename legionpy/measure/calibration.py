@@ -539,6 +539,9 @@ WAKE_GRID = (0.0, 1e-5, 2e-5, 3e-5, 4e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4
 WORKER_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2)
 #: ``hop_s``: a copy between ranks' wait besides its transfer (no core, no lock)
 HOP_GRID = (0.0, 2.5e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4)
+#: ``one_core_scale``: a kernel's slowdown on a rank whose threads share one
+#: core (fitted only where the ranks are bound a core each)
+ONE_CORE_GRID = (1.0, 1.05, 1.1, 1.15, 1.2, 1.3)
 #: the seconds of a kernel that hold the lock tried by :func:`fit_lock_terms`
 #: (besides the probe's figure; 1 s: every kernel whole)
 GIL_GRID = (1e-5, 2e-5, 3e-5, 4e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4, 5e-4, 1e-3, 1.0)
@@ -562,8 +565,13 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
     squared log error of each row's simulated period and of its devices'
     busy time (each row at its measured background load): for every
     ``gil_kernel_s``, coordinate descent over the others (``rounds``
-    sweeps); the best. Returns ``{"gil_kernel_s", "gil_switch", "wake_s",
-    "copy_s", "hop_s", "task_s", "req_task_s", "back_task_s", "loss"}``. Takes
+    sweeps); the best. Where the ranks are bound a core each, also the
+    kernels' slowdown beside their rank's other threads, ``one_core_scale``
+    (:data:`ONE_CORE_GRID`; on R23's rows, 28 Nov, fitting it at 1.1 took
+    the loss from 1.72 to 1.60 and the bench's 16 rows from 7.8 / 24.5%
+    mean / worst to 5.9 / 14.7%). Returns ``{"gil_kernel_s", "gil_switch",
+    "wake_s", "copy_s", "hop_s", "one_core_scale", "task_s", "req_task_s",
+    "back_task_s", "loss"}``. Takes
     10-20 s on 20 rows. ``part``: ``(i, n)``, the best over every ``n``-th
     ``gil_kernel_s`` from the ``i``-th only, with ``"order"`` (its index in
     the grid; None when the part is empty): :func:`fit_lock_terms_on_ranks`
@@ -576,17 +584,18 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
     for r, (tg, graph) in zip(rows, graphs):
         sims.append((r, tg, graph))
     cur = {"gil_switch": ovh.gil_switch, "copy_s": ovh.copy_s, "worker": 1.0,
-           "wake_s": ovh.wake_s, "gil_kernel_s": ovh.gil_kernel_s, "hop_s": ovh.hop_s}
+           "wake_s": ovh.wake_s, "gil_kernel_s": ovh.gil_kernel_s, "hop_s": ovh.hop_s,
+           "one_core_scale": ovh.one_core_scale}
     memo: dict[tuple, float] = {}
 
     def loss(c: dict) -> float:
         k = (c["gil_switch"], c["copy_s"], c["worker"], c["wake_s"], c["gil_kernel_s"],
-             c["hop_s"])
+             c["hop_s"], c["one_core_scale"])
         if k in memo:
             return memo[k]
         o = replace(ovh, gil_switch=c["gil_switch"], copy_s=c["copy_s"], wake_s=c["wake_s"],
                     gil_kernel_s=c["gil_kernel_s"], hop_s=c["hop_s"],
-                    **_workers(ovh, c["worker"]))
+                    one_core_scale=c["one_core_scale"], **_workers(ovh, c["worker"]))
         err = 0.0
         for r, tg, graph in sims:
             out = simulate_with_runtime(tg, o.under_load(r.get("background_cores")), graph,
@@ -614,6 +623,8 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
         grids = {"hop_s": HOP_GRID, **grids}
     else:
         cur["hop_s"] = 0.0
+    if ovh.one_core_ranks():  # kernels beside their rank's other threads on one core
+        grids = {"one_core_scale": ONE_CORE_GRID, **grids}
     # every lock share of the kernels, each with coordinate descent over the
     # rest (the loss has local minima along gil_kernel_s)
     best, order = None, None
@@ -633,6 +644,7 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
     cur = best
     out = {"gil_switch": cur["gil_switch"], "copy_s": cur["copy_s"], "wake_s": cur["wake_s"],
            "gil_kernel_s": cur["gil_kernel_s"], "hop_s": cur["hop_s"],
+           "one_core_scale": cur["one_core_scale"],
            **_workers(ovh, cur["worker"]), "loss": loss(cur)}
     if part != (0, 1):
         out["order"] = order

@@ -254,10 +254,29 @@ class RuntimeOverhead:
     #: as the runtime binds the ranks of an MPI job): a process's threads share
     #: its block, not every core of the node
     bound: bool = False
+    #: how much longer a kernel runs on a rank whose threads share one core
+    #: (``bound``, a core each) than timed alone: the rank's control, link
+    #: and communicator threads time-slice that core with its worker (a
+    #: Python thread working 15 us of every 50 beside alexnet's tiles took
+    #: 34% more of their CPU time; alexnet's data step under ``mpirun -n 2``
+    #: used 7-15% more worker CPU than the model gave it, 28 Nov), fitted with
+    #: the lock terms (:func:`legionpy.measure.calibration.fit_lock_terms`)
+    one_core_scale: float = 1.0
     #: "layer-api" (calibrated on synthetic models) or "empty-tasks"
     source: str = "empty-tasks"
     machine: str = ""
     calibration: dict | None = None
+
+    def one_core_ranks(self) -> bool:
+        """Whether the job's ranks are bound a core each (``one_core_scale``
+        applies; a rank's control thread issues behind its workers).
+
+        >>> RuntimeOverhead(cores=2, control_threads=2, bound=True).one_core_ranks()
+        True
+        >>> RuntimeOverhead(cores=2, control_threads=1).one_core_ranks()
+        False
+        """
+        return self.bound and _one_core_each(_core_groups(self))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -541,6 +560,8 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
         clock += overhead.copy_launch_s if is_copy else overhead.control_s(reqs[tid])
         issued[tid] = clock
     scale = _kernel_scales(tasks, graph, overhead)
+    if overhead.one_core_scale != 1.0 and overhead.one_core_ranks():
+        scale = [k * overhead.one_core_scale for k in scale]
     if update_scale != 1.0:
         for i, t in enumerate(tasks):
             if t["kind"] != "copy" and t["name"].startswith("U:"):

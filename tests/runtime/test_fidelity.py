@@ -362,6 +362,25 @@ def test_bound_ranks_share_only_their_own_cores_by_hand():
     assert bound["task_end_s"][0] == pytest.approx(2.0, rel=1e-6)
 
 
+def test_one_core_scale_slows_kernels_only_on_ranks_of_one_core():
+    """A kernel on a rank whose threads share one core runs one_core_scale
+    longer (its control, link and communicator threads time-slice that
+    core); unbound ranks, or two ranks to a core, keep the timed kernel."""
+    tg = hand_tg([("F:x[0]", "compute", "cpu0", 1.0), ("F:x[1]", "compute", "cpu1", 1.0)], [])
+    ovh = RuntimeOverhead(cores=2, control_threads=2, gil_kernel_s=0.0, bound=True)
+    plain = simulate_with_runtime(tg, ovh, None, pipelined=True)
+    slowed = simulate_with_runtime(tg, replace(ovh, one_core_scale=1.2), None, pipelined=True)
+    assert plain["task_end_s"][0] == pytest.approx(1.0, rel=1e-6)
+    assert slowed["task_end_s"][0] == pytest.approx(1.2, rel=1e-6)
+    assert slowed["task_end_s"][1] == pytest.approx(1.2, rel=1e-6)
+    for other in (replace(ovh, bound=False, one_core_scale=1.2),
+                  replace(ovh, cores=2, control_threads=4, one_core_scale=1.2)):
+        assert not other.one_core_ranks()
+    free = simulate_with_runtime(tg, replace(ovh, bound=False, one_core_scale=1.2), None,
+                                 pipelined=True)
+    assert free["task_end_s"][0] == pytest.approx(1.0, rel=1e-6)
+
+
 def test_core_blocks_and_binding_rule():
     from legionpy.affinity import core_blocks
 
@@ -1249,6 +1268,33 @@ def test_lock_fit_recovers_a_known_hop_between_ranks():
     one = fit_lock_terms(replace(ovh, control_threads=1, bound=False), rows, graphs,
                          fit_copy=False)
     assert one["hop_s"] == 0.0
+
+
+def test_lock_fit_recovers_a_known_one_core_slowdown():
+    """Rows a machine model of two one-core ranks made with their kernels
+    15% slower than timed (one_core_scale): the lock fit takes 1.15 back;
+    one process on both cores has no such term to fit (1.0)."""
+    from legionpy.measure.calibration import ONE_CORE_GRID, _mlp, fit_lock_terms
+    from legionpy.optimizer.costmodel import AnalyticCostModel
+
+    machine = Machine.parse("local:2")
+    ovh = RuntimeOverhead(launch_s=1e-5, task_s=2e-5, cores=2, control_threads=2, bound=True,
+                          gil_kernel_s=1e-5, copy_s=2e-5)
+    rows, graphs = [], []
+    for width in (64, 512):
+        g = _mlp(2, width=width).graph
+        sim = Simulator(g, machine, AnalyticCostModel())
+        sim.run(Strategy.data_parallel(g, machine))
+        tg = sim.tg.to_json()
+        truth = simulate_with_runtime(tg, replace(ovh, one_core_scale=1.15), g, pipelined=True)
+        rows.append({"copies": 0, "period_s": truth["iteration_time_s"],
+                     "busy_s": sum(truth["per_device_busy_s"].values())})
+        graphs.append((tg, g))
+    assert 1.15 in ONE_CORE_GRID
+    assert fit_lock_terms(ovh, rows, graphs, rounds=2, fit_copy=False)["one_core_scale"] == 1.15
+    one = fit_lock_terms(replace(ovh, control_threads=1, bound=False), rows, graphs,
+                         fit_copy=False)
+    assert one["one_core_scale"] == 1.0
 
 
 def test_the_lock_fit_shared_among_ranks_is_the_fit_one_process_takes(monkeypatch):
