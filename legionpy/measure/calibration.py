@@ -567,9 +567,9 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
     ``gil_kernel_s``, coordinate descent over the others (``rounds``
     sweeps); the best. Where the ranks are bound a core each, also the
     kernels' slowdown beside their rank's other threads, ``one_core_scale``
-    (:data:`ONE_CORE_GRID`; on R23's rows, 28 Nov, fitting it at 1.1 took
-    the loss from 1.72 to 1.60 and the bench's 16 rows from 7.8 / 24.5%
-    mean / worst to 5.9 / 14.7%). Returns ``{"gil_kernel_s", "gil_switch",
+    (:data:`ONE_CORE_GRID`; on R23's rows, 28 Nov, the fit took 1.1, its
+    loss went from 1.72 to 1.57 and the bench's 16 rows from 7.8 / 24.5%
+    mean / worst to 5.8 / 14.7%). Returns ``{"gil_kernel_s", "gil_switch",
     "wake_s", "copy_s", "hop_s", "one_core_scale", "task_s", "req_task_s",
     "back_task_s", "loss"}``. Takes
     10-20 s on 20 rows. ``part``: ``(i, n)``, the best over every ``n``-th
