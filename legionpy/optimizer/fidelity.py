@@ -739,7 +739,7 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, kern: list,
     groups = _core_groups(overhead) if overhead.bound else None
     # ranks of one core each: the control thread is not a step ahead (it
     # yields the core to the workers); tasks wait for their issue
-    gate = list(issued) if _one_core_each(groups) else None
+    gate = list(issued) if overhead.one_core_ranks() else None
     r = share_schedule([t["device"] for t in tasks], procs, dur, python,
                        [0.0] * n if pipelined or gate else list(issued), succs,
                        cores=overhead.cores, switch=overhead.gil_switch,

@@ -133,7 +133,6 @@ def test_a_collective_counts_in_every_member_s_exchange():
     assert b["dev 0"]["idle"] == pytest.approx(0.003)
 
 
-
 def test_merged_ranks_share_rank_0s_clock(tmp_path):
     """Each rank's trace counts from its own start; merged, a rank that
     started 2.8 ms after rank 0 has its events moved 2.8 ms later, so a copy
