@@ -36,7 +36,8 @@ from legionpy.measure.calibration import calibration_models, fit_lock_terms_on_r
 from legionpy.optimizer import Machine  # noqa: E402
 from legionpy.optimizer.fidelity import RuntimeOverhead  # noqa: E402
 
-LOCK_TERMS = ("gil_kernel_s", "gil_switch", "wake_s", "copy_s", "hop_s", "one_core_scale")
+LOCK_TERMS = ("gil_kernel_s", "gil_switch", "wake_s", "copy_s", "hop_s", "one_core_scale",
+              "poll_share")
 
 
 def _variant(text: str) -> dict[str, float]:
@@ -72,6 +73,9 @@ def main() -> None:
     p.add_argument("--bench", help="bench/fidelity.py --json output of the same session")
     p.add_argument("--set", action="append", default=[], metavar="TERM=V[,TERM=V]",
                    help="terms held at these values (a row of the table each)")
+    p.add_argument("--base", action="append", default=[], metavar="FIELD=V[,FIELD=V]",
+                   help="overhead figures set before the fit (e.g. poll_share=0.22: a "
+                   "figure a calibration of older code did not measure)")
     args = p.parse_args()
     rt = lp.init()
     root = rt.rank == 0
@@ -80,10 +84,12 @@ def main() -> None:
         dump = pickle.load(f)
     fields = RuntimeOverhead.__dataclass_fields__
     base = RuntimeOverhead(**{k: v for k, v in dump["overhead"].items() if k in fields})
+    held = {k: v for text in args.base for k, v in _variant(text).items()}
+    base = replace(base, **held)
     by_name = {m.graph.name: m.graph for m in calibration_models()}
     graphs = [(tg, by_name[n]) for tg, n in zip(dump["taskgraphs"], dump["models"])]
     rows = dump["rows"]
-    cached = runtime_overhead(machine)
+    cached = replace(runtime_overhead(machine), **held)
     variants = {"cached": {k: getattr(cached, k) for k in LOCK_TERMS + ("task_s",)}}
     fit = fit_lock_terms_on_ranks(base, rows, graphs, fit_copy=dump["fit_copy"])
     variants["fit"] = fit

@@ -61,7 +61,7 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   interpreter lock's hold of a kernel
   (:func:`~legionpy.probe.overhead.measure_lock_hold`), the cores and the
   control threads; :func:`runtime_overhead` caches the result
-  per machine in ``$LEGIONPY_CACHE/overhead-v26-MACHINE[-bound].json``.
+  per machine in ``$LEGIONPY_CACHE/overhead-v27-MACHINE[-bound].json``.
 * **a calibration taken under load is redone when the machine is quiet.**
   Every row measures the cores other programs kept busy meanwhile; when
   their median is over :data:`LOADED_CORES` the calibration is *loaded*
@@ -110,6 +110,7 @@ from ..probe.overhead import (
     measure_kernel_concurrency,
     measure_lock_hold,
     measure_mpi_collectives,
+    measure_poll_share,
     measure_runtime_overhead,
 )
 from ..runtime import get_runtime
@@ -681,7 +682,7 @@ def _workers(ovh: RuntimeOverhead, factor: float) -> dict[str, float]:
 def _overhead_path(machine_name: str) -> str:
 
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", machine_name)
-    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v26-{safe}.json")
+    return os.path.join(os.path.dirname(default_cache_path()), f"overhead-v27-{safe}.json")
 
 
 #: median background cores over a calibration's rows above which it is
@@ -740,9 +741,11 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
     conc = least_slowdown(before, measure_kernel_concurrency())
     lock = measure_lock_hold()
     coll = measure_mpi_collectives()
+    poll = measure_poll_share()
     calib = dict(figures.pop("calibration"), **conc, lock_hold=lock["lock_hold"],
                  lock_measured=lock["lock_measured"],
-                 collective_points=coll.get("coll_points", []), interpreter_s=speed)
+                 collective_points=coll.get("coll_points", []), interpreter_s=speed,
+                 poll_share=poll)
     load = calibration_load(calib["rows"])
     if load is not None and load > LOADED_CORES:
         _say(f"other programs kept {load:.1f} cores busy while legionpy calibrated its "
@@ -761,7 +764,8 @@ def calibrated_overhead(machine: Any, verbose: bool = False) -> RuntimeOverhead:
                           reduce_byte_s=max(device_reduce_byte_s(machine).values(),
                                             default=reduce_byte_cost(conc)),
                           control_threads=ranks, source="layer-api", machine=machine.name,
-                          gil_kernel_s=lock["gil_kernel_s"], calibration=calib, **figures)
+                          gil_kernel_s=lock["gil_kernel_s"], poll_share=poll,
+                          calibration=calib, **figures)
     # the workers' per-task terms measured by phase on the one-device rows
     # (the regression above cannot tell a forward task from a backward one);
     # not with more ranks than cores: there a one-device row's worker has a
@@ -846,8 +850,8 @@ def drop_contended_costs() -> None:
 def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
                      verbose: bool = False) -> RuntimeOverhead:
     """The runtime's overhead on this machine, cached per machine name in
-    ``$LEGIONPY_CACHE/overhead-v26-NAME[-bound].json`` (``-bound``: the ranks
-    were bound to their cores, legionpy/affinity.py; ``overhead-v26-empty-NAME.json``
+    ``$LEGIONPY_CACHE/overhead-v27-NAME[-bound].json`` (``-bound``: the ranks
+    were bound to their cores, legionpy/affinity.py; ``overhead-v27-empty-NAME.json``
     for ``source="empty"``); collective under MPI. ``source``: ``"layer"``
     (default, :func:`calibrated_overhead`) or ``"empty"``
     (:func:`measure_runtime_overhead`, empty tasks, no CPU model)."""

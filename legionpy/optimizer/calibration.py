@@ -20,7 +20,7 @@ graph; this module holds what that needs below ``nn``:
 * :class:`ContendedCostModel`: tile kernels timed with the other devices busy.
 
 The figures are cached by :func:`legionpy.measure.runtime_overhead` in
-``$LEGIONPY_CACHE/overhead-v26-MACHINE[-bound].json``.
+``$LEGIONPY_CACHE/overhead-v27-MACHINE[-bound].json``.
 """
 
 from __future__ import annotations

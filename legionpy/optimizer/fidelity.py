@@ -49,7 +49,7 @@ stretched by the measured slowdown of a GEMM / a memory-bound stream run on
 every device at once (interpolated by arithmetic intensity), unless the
 cost model is ``"contended"`` (kernels profiled with the other devices
 busy). The figures are cached per machine in
-``$LEGIONPY_CACHE/overhead-v26-MACHINE[-bound].json``.
+``$LEGIONPY_CACHE/overhead-v27-MACHINE[-bound].json``.
 
 The interpreter lock and the cores are *processor-shared* (issue 26,
 :mod:`.sharing`): every device and link is a thread of its process (devices
@@ -262,6 +262,14 @@ class RuntimeOverhead:
     #: used 7-15% more worker CPU than the model gave it, 28 Nov), fitted with
     #: the lock terms (:func:`legionpy.measure.calibration.fit_lock_terms`)
     one_core_scale: float = 1.0
+    #: the share of its core a rank whose threads share one core loses to a
+    #: pending collective's waits: the communicator thread wakes every 50 us
+    #: to poll MPI (runtime/mpi.py ``Cluster.wait``), and each wake-up takes
+    #: the core from the worker's kernel (a 256 x 256 GEMM beside such a wait
+    #: ran 1.28x as long, 28 Nov); measured
+    #: (:func:`legionpy.probe.overhead.measure_poll_share`), used only where
+    #: :meth:`one_core_ranks`
+    poll_share: float = 0.0
     #: "layer-api" (calibrated on synthetic models) or "empty-tasks"
     source: str = "empty-tasks"
     machine: str = ""
@@ -746,7 +754,10 @@ def _shared_schedule(tasks: list[dict], succs: list, dur: list, kern: list,
                        control=[clock] * ranks, weight=weight, wake=overhead.wake_s,
                        fair=overhead.gil_order == "fair", spread=spread,
                        core_groups=groups, control_after=loss, delay=hop,
-                       contention=[t.get("lock_contention", 1.0) for t in tasks], issue=gate)
+                       contention=[t.get("lock_contention", 1.0) for t in tasks], issue=gate,
+                       poll=[overhead.poll_share if t["kind"] == "collective" and span else 0.0
+                             for t, span in zip(tasks, spread)]
+                       if gate is not None and overhead.poll_share > 0 else None)
     return r["end"], r["start"], r["admit"], max(
         (e - s for e, s in zip(r["control_end"], r["control_start"])), default=0.0)
 

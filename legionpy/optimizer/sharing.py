@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["share_schedule", "share_rates"]
 
@@ -271,6 +272,35 @@ def _behind(threads: Sequence[tuple], x: list[float], back: list[int], cores: fl
         x[j] = max(0.0, min(1.0, lock, core))
 
 
+#: the least of a group's cores its other threads keep beside polling waits
+_POLL_FLOOR = 0.05
+
+
+def _polled(core_groups: dict[int, tuple[int, float]] | None, poll: Sequence[float],
+            running: dict, procs_of: Any) -> dict[int, tuple[int, float]] | None:
+    """``core_groups`` less the cores the running tasks' polls take
+    (:func:`share_schedule`'s ``poll``): each polling task takes ``poll[i]``
+    of a core from the group of every process it spans.
+
+    >>> _polled({0: (0, 1.0), 1: (1, 1.0)}, [0.2], {"c": [1.0, 0, 0.0, 0]},
+    ...         lambda i: (0, 1))
+    {0: (0, 0.8), 1: (1, 0.8)}
+    """
+    if not core_groups:
+        return core_groups
+    taken: dict[int, float] = {}
+    for entry in running.values():
+        i = entry[3]
+        if i >= 0 and poll[i] > 0:
+            for p in procs_of(i):
+                g = core_groups.get(p, (p, 1.0))[0]
+                taken[g] = taken.get(g, 0.0) + poll[i]
+    if not taken:
+        return core_groups
+    return {p: (g, max(_POLL_FLOOR * c, c - taken.get(g, 0.0)))
+            for p, (g, c) in core_groups.items()}
+
+
 def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float],
                    python: Sequence[float], ready: Sequence[float],
                    succs: Sequence[Sequence[int]], cores: float = 0.0, switch: float = 0.0,
@@ -281,7 +311,8 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
                    control_after: Sequence[int] = (),
                    delay: Sequence[float] | None = None,
                    contention: Sequence[float] | None = None,
-                   issue: Sequence[float] | None = None) -> dict:
+                   issue: Sequence[float] | None = None,
+                   poll: Sequence[float] | None = None) -> dict:
     """Schedule tasks on FIFO resources under processor sharing (module doc).
 
     ``res[i]``: task i's resource (a thread), ``proc[i]``: its process,
@@ -314,7 +345,11 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
     the cores they leave (a rank whose threads share one core: the control
     thread yields it, and a worker keeps it for its whole kernel), and a task
     joins its resource's queue once its inputs are ready and every process
-    it spans has issued it (:func:`_behind`). Returns ``{"start", "end"}`` per
+    it spans has issued it (:func:`_behind`). ``poll[i]``: the share of a
+    core task i's wait takes from each process it spans while it runs, on
+    top of its ``weight`` (a collective's thread waking every 50 us to poll
+    MPI, on a rank whose threads share one core: ``core_groups``); the
+    other threads of those processes share what is left. Returns ``{"start", "end"}`` per
     task (``start``: when its work begins -- after any wake-up, and once it
     gets a share of its lock), ``"admit"`` (when it got its resource), and
     ``"control_start"`` and
@@ -425,17 +460,17 @@ def share_schedule(res: Sequence[str], proc: Sequence[int], work: Sequence[float
             keys = sorted(running, key=lambda k: senior.get(k, 0)) if not fair else list(running)
             threads = [(running[k][1], running[k][2], running[k][4], running[k][5],
                         running[k][6], running[k][7]) for k in keys]
+            groups = _polled(core_groups, poll, running, procs_of) if poll else core_groups
             if gated:  # the control threads take what the others leave
                 back = [j for j, k in enumerate(keys) if running[k][3] < 0]
                 front = [j for j in range(len(keys)) if running[keys[j]][3] >= 0]
-                got = share_rates([threads[j] for j in front], cores, switch, fair,
-                                  core_groups)
+                got = share_rates([threads[j] for j in front], cores, switch, fair, groups)
                 rates = [0.0] * len(keys)
                 for j, v in zip(front, got):
                     rates[j] = v
-                _behind(threads, rates, back, cores, core_groups)
+                _behind(threads, rates, back, cores, groups)
             else:
-                rates = share_rates(threads, cores, switch, fair, core_groups)
+                rates = share_rates(threads, cores, switch, fair, groups)
             dirty = False
             for k, x in zip(keys, rates):
                 i = running[k][3]

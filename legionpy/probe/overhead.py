@@ -23,6 +23,11 @@ simulator, and never runs a task).
   for a reduce-scatter and an all-gather between ranks (nonblocking calls
   polled as ``Cluster.wait`` polls them) at three sizes, fitted as
   ``coll_s + coll_byte_s * bytes``;
+* :func:`measure_poll_share`: a GEMM alone, then beside a thread waiting
+  on a message as the runtime waits for a collective (``Cluster.wait``:
+  spin, then a poll every 50 us); on a rank whose threads share one core
+  the polls take part of the core from the kernel
+  (``RuntimeOverhead.poll_share``);
 * :func:`cpu_clock` / :func:`background_cores`: the machine's busy
   CPU-seconds from ``/proc/stat`` less this job's, over the wall time.
 
@@ -50,7 +55,8 @@ from .machine import local_machine
 
 __all__ = ["measure_runtime_overhead", "measure_kernel_concurrency", "least_slowdown",
            "measure_lock_hold",
-           "measure_mpi_collectives", "cpu_clock", "background_cores", "interpreter_speed"]
+           "measure_mpi_collectives", "measure_poll_share", "cpu_clock", "background_cores",
+           "interpreter_speed"]
 
 
 def measure_runtime_overhead(launches: int = 120, tile_rows: int = 16) -> RuntimeOverhead:
@@ -391,6 +397,54 @@ def measure_mpi_collectives(sizes: tuple = (16 << 10, 256 << 10, 1 << 20),
         c0, c1 = float(np.mean(ys)), 0.0
     return bcast_root({"coll_s": max(0.0, float(c0)), "coll_byte_s": float(c1),
                        "coll_points": [[x, y] for x, y in zip(xs, ys)]})
+
+
+def measure_poll_share(reps: int = 7, calls: int = 30, n: int = 256) -> float:
+    """The share of its core a rank loses while one of its threads waits on
+    a collective (``RuntimeOverhead.poll_share``): each rank times ``calls``
+    float32 GEMMs of ``n`` x ``n`` (as a device's worker runs a dense
+    kernel: numpy lets the interpreter lock go) alone, then beside a thread
+    in ``Cluster.wait`` on a message its neighbour sends only after its own
+    GEMMs (so the wait spins, then polls every 50 us, as a collective's
+    does); ``1 - alone / beside`` of the medians over ``reps`` rounds, the
+    ranks' mean. On ranks bound a core each (legionpy/affinity.py) each
+    poll's wake-up takes the core from the kernel: 0.22 on this 2-core
+    machine (a 330 us GEMM ran 1.28x as long); where the waiting thread has
+    a core of its own, about 0. Outside MPI, or with one rank: 0.
+    Collective under MPI (the same figure on every rank)."""
+    from ..runtime.mpi import cluster, launched_under_mpi
+
+    if not launched_under_mpi() or cluster().size < 2:
+        return 0.0
+    cl = cluster()
+    comm = cl.world.Dup()
+    size, rank = comm.Get_size(), comm.Get_rank()
+    a = np.random.default_rng(rank).random((n, n), dtype=np.float32)
+
+    def gemms() -> float:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            a @ a
+        return (time.perf_counter() - t0) / calls
+
+    alone, beside = [], []
+    try:
+        gemms()  # warm the caches and BLAS
+        for _ in range(reps):
+            comm.Barrier()
+            alone.append(gemms())
+            comm.Barrier()
+            req = comm.Irecv(np.empty(1), source=(rank - 1) % size, tag=7)
+            waiter = threading.Thread(target=cl.wait,
+                                      args=([req], lambda: "the poll calibration's message"))
+            waiter.start()
+            beside.append(gemms())
+            comm.Send(np.ones(1), dest=(rank + 1) % size, tag=7)
+            waiter.join()
+    finally:
+        comm.Free()
+    share = max(0.0, 1.0 - statistics.median(alone) / statistics.median(beside))
+    return bcast_root(float(statistics.mean(allgather(share))))
 
 
 def _interpreter_work() -> None:

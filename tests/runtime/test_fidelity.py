@@ -381,6 +381,25 @@ def test_one_core_scale_slows_kernels_only_on_ranks_of_one_core():
     assert free["task_end_s"][0] == pytest.approx(1.0, rel=1e-6)
 
 
+def test_a_polling_collective_takes_its_share_of_a_one_core_rank_by_hand():
+    """While a collective between ranks waits, its thread polls every 50 us
+    and takes poll_share of each member rank's core (ranks of one core
+    each): the kernels beside it run at 1 - poll_share; ranks with cores to
+    spare keep their pace."""
+    tg = hand_tg([("B:x[0]", "compute", "cpu0", 1.0), ("B:x[1]", "compute", "cpu1", 1.0),
+                  ("AR:b0.0", "collective", "comm:0-1", 1e-6, 8)], [])
+    ovh = RuntimeOverhead(cores=2, control_threads=2, gil_kernel_s=0.0, bound=True,
+                          coll_s=2.0, launch_s=0.0, task_s=0.0)
+    plain = simulate_with_runtime(tg, ovh, None, pipelined=True)
+    polled = simulate_with_runtime(tg, replace(ovh, poll_share=0.2), None, pipelined=True)
+    assert plain["task_end_s"][0] == pytest.approx(1.0, rel=1e-6)
+    assert polled["task_end_s"][0] == pytest.approx(1.25, rel=1e-6)
+    assert polled["task_end_s"][1] == pytest.approx(1.25, rel=1e-6)
+    free = simulate_with_runtime(tg, replace(ovh, bound=False, poll_share=0.2), None,
+                                 pipelined=True)
+    assert free["task_end_s"][0] == pytest.approx(1.0, rel=1e-6)
+
+
 def test_core_blocks_and_binding_rule():
     from legionpy.affinity import core_blocks
 

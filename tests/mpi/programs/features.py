@@ -14,10 +14,11 @@ from mpi4py import MPI
 
 import legionpy as lp
 from legionpy import models
+from legionpy.affinity import one_core
 from legionpy.measure.fidelity import predict
 from legionpy.optimizer import Machine, Strategy, lockshare
 from legionpy.probe.job import describe_job
-from legionpy.probe.overhead import measure_kernel_concurrency
+from legionpy.probe.overhead import measure_kernel_concurrency, measure_poll_share
 from legionpy.runtime.mpi import on_rank0_alone, share_among_ranks
 
 comm = MPI.COMM_WORLD
@@ -128,6 +129,13 @@ conc = measure_kernel_concurrency(n=128, elems=200_000, reps=8, tries=1)
 if size <= (os.cpu_count() or 1):
     assert conc["gemm_together_s"] > 0.7 * conc["gemm_alone_s"], conc
     assert conc["stream_together_s"] > 0.7 * conc["stream_alone_s"], conc
+# a thread waiting on a message as a collective's does polls every 50 us: on
+# a rank whose threads share one core that takes part of it from a kernel
+# (0.3 of it on a 2-core machine, 28 Nov); one figure on every rank
+poll = measure_poll_share(reps=3, calls=15)
+assert 0.0 <= poll < 0.9 and comm.allgather(poll) == [poll] * size, poll
+if size > 1 and one_core():
+    assert poll > 0.05, poll
 late = whoami(5)
 if rank == 0:  # only one rank asks: the owner answers from its service thread
     assert late.get()[0] == 5 and 0 <= late.get()[1] < size
