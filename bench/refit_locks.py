@@ -16,6 +16,11 @@ Run it as the bench ran (under ``mpirun -n 2`` for a bench taken with
 Each ``--set`` holds terms at given values; the row ``fit`` is the fit taken
 again (it should repeat the calibration's), ``cached`` the terms the
 calibration kept. Search rows are skipped (their strategy is not in the JSON).
+``--landscape`` adds a row per value of the lock fit's ``gil_kernel_s``
+grid: the best fit with that value (the rest descended), its loss and its
+bench errors -- how far apart fits of near-equal loss predict (on one
+calibration's rows of 28 Nov, fits within 6% of the best loss put the
+bench's mean error anywhere from 6.0 to 10.5%).
 """
 
 from __future__ import annotations
@@ -32,9 +37,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import legionpy as lp  # noqa: E402
 from legionpy.measure import runtime_overhead  # noqa: E402
-from legionpy.measure.calibration import calibration_models, fit_lock_terms_on_ranks  # noqa: E402
+from legionpy.measure.calibration import (  # noqa: E402
+    GIL_GRID,
+    calibration_models,
+    fit_lock_terms,
+    fit_lock_terms_on_ranks,
+)
 from legionpy.optimizer import Machine  # noqa: E402
 from legionpy.optimizer.fidelity import RuntimeOverhead  # noqa: E402
+from legionpy.runtime.mpi import share_among_ranks  # noqa: E402
 
 LOCK_TERMS = ("gil_kernel_s", "gil_switch", "wake_s", "copy_s", "hop_s", "one_core_scale",
               "poll_share")
@@ -67,6 +78,19 @@ def _bench_errors(ovh: RuntimeOverhead, results: list[dict], machine: Machine) -
     return errs
 
 
+def _landscape(base: RuntimeOverhead, rows: list, graphs: list,
+               fit_copy: bool) -> dict[str, dict]:
+    """``{"gil_kernel_s=V": the best fit with that value}`` over the lock
+    fit's grid (its values shared among the ranks). Collective."""
+    gils = tuple(sorted({*GIL_GRID, base.gil_kernel_s}))
+    parts = share_among_ranks(lambda rank, size: [
+        (i, fit_lock_terms(base, rows, graphs, fit_copy=fit_copy, part=(i, len(gils))))
+        for i in range(rank, len(gils), size)])
+    fits = sorted(f for part in parts for f in part)
+    return {f"gil_kernel_s={gils[i]:.3g}": {k: v for k, v in f.items() if k != "order"}
+            for i, f in fits if f is not None}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("rows", help="the file LEGIONPY_CALIBRATION_ROWS named")
@@ -76,6 +100,8 @@ def main() -> None:
     p.add_argument("--base", action="append", default=[], metavar="FIELD=V[,FIELD=V]",
                    help="overhead figures set before the fit (e.g. poll_share=0.22: a "
                    "figure a calibration of older code did not measure)")
+    p.add_argument("--landscape", action="store_true",
+                   help="a row per gil_kernel_s of the fit's grid: the best fit with it")
     args = p.parse_args()
     rt = lp.init()
     root = rt.rank == 0
@@ -96,6 +122,8 @@ def main() -> None:
     for text in args.set:
         v = _variant(text)
         variants[text] = v
+    if args.landscape:
+        variants.update(_landscape(base, rows, graphs, dump["fit_copy"]))
     results = json.load(open(args.bench))["overhead"]["results"] if args.bench else []
     for name, terms in variants.items():
         o = replace(cached, **{k: v for k, v in terms.items() if k in fields})
