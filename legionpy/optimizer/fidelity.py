@@ -266,7 +266,8 @@ class RuntimeOverhead:
     #: pending collective's waits: the communicator thread wakes every 50 us
     #: to poll MPI (runtime/mpi.py ``Cluster.wait``), and each wake-up takes
     #: the core from the worker's kernel (a 256 x 256 GEMM beside such a wait
-    #: ran 1.28x as long, 28 Nov); measured
+    #: ran 1.28x as long in a bare script, 1.47-1.51x under ``mpirun -n 2``,
+    #: 28 Nov); measured
     #: (:func:`legionpy.probe.overhead.measure_poll_share`), used only where
     #: :meth:`one_core_ranks`
     poll_share: float = 0.0

@@ -408,9 +408,9 @@ def measure_poll_share(reps: int = 7, calls: int = 30, n: int = 256) -> float:
     GEMMs (so the wait spins, then polls every 50 us, as a collective's
     does); ``1 - alone / beside`` of the medians over ``reps`` rounds, the
     ranks' mean. On ranks bound a core each (legionpy/affinity.py) each
-    poll's wake-up takes the core from the kernel: 0.22 on this 2-core
-    machine (a 330 us GEMM ran 1.28x as long); where the waiting thread has
-    a core of its own, about 0. Outside MPI, or with one rank: 0.
+    poll's wake-up takes the core from the kernel: 0.32-0.34 under
+    ``mpirun -n 2`` on this 2-core machine (a 330 us GEMM ran 1.47-1.51x as
+    long); where the waiting thread has a core of its own, about 0. Outside MPI, or with one rank: 0.
     Collective under MPI (the same figure on every rank)."""
     from ..runtime.mpi import cluster, launched_under_mpi
 
@@ -434,7 +434,8 @@ def measure_poll_share(reps: int = 7, calls: int = 30, n: int = 256) -> float:
             comm.Barrier()
             alone.append(gemms())
             comm.Barrier()
-            req = comm.Irecv(np.empty(1), source=(rank - 1) % size, tag=7)
+            got = np.empty(1)
+            req = comm.Irecv(got, source=(rank - 1) % size, tag=7)
             waiter = threading.Thread(target=cl.wait,
                                       args=([req], lambda: "the poll calibration's message"))
             waiter.start()
