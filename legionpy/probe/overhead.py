@@ -410,8 +410,9 @@ def measure_poll_share(reps: int = 7, calls: int = 30, n: int = 256) -> float:
     ranks' mean. On ranks bound a core each (legionpy/affinity.py) each
     poll's wake-up takes the core from the kernel: 0.32-0.34 under
     ``mpirun -n 2`` on this 2-core machine (a 330 us GEMM ran 1.47-1.51x as
-    long); where the waiting thread has a core of its own, about 0. Outside MPI, or with one rank: 0.
-    Collective under MPI (the same figure on every rank)."""
+    long); where the waiting thread has a core of its own, about 0.
+    Outside MPI, or with one rank: 0. Collective under MPI (the same figure
+    on every rank)."""
     from ..runtime.mpi import cluster, launched_under_mpi
 
     if not launched_under_mpi() or cluster().size < 2:
