@@ -278,7 +278,8 @@ class RuntimeOverhead:
 
     def one_core_ranks(self) -> bool:
         """Whether the job's ranks are bound a core each (``one_core_scale``
-        applies; a rank's control thread issues behind its workers).
+        and ``poll_share`` apply; a rank's control thread issues behind its
+        workers).
 
         >>> RuntimeOverhead(cores=2, control_threads=2, bound=True).one_core_ranks()
         True

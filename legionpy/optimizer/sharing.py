@@ -80,8 +80,7 @@ every ``a_j = 0`` and no core limit it is the plain list schedule.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 __all__ = ["share_schedule", "share_rates"]
 
@@ -277,7 +276,8 @@ _POLL_FLOOR = 0.05
 
 
 def _polled(core_groups: dict[int, tuple[int, float]] | None, poll: Sequence[float],
-            running: dict, procs_of: Any) -> dict[int, tuple[int, float]] | None:
+            running: dict, procs_of: Callable[[int], tuple]
+            ) -> dict[int, tuple[int, float]] | None:
     """``core_groups`` less the cores the running tasks' polls take
     (:func:`share_schedule`'s ``poll``): each polling task takes ``poll[i]``
     of a core from the group of every process it spans.
