@@ -132,7 +132,11 @@ CALIBRATION_MODELS = (("mlp", {"depth": 2}), ("mlp", {"depth": 6}), ("mlp", {"de
                       # wider ones, whose kernels (0.05-1 ms) release the interpreter
                       # lock for part of their time: they identify gil_kernel_s
                       ("mlp", {"depth": 3, "width": 384, "batch": 128}),
-                      ("conv", {"depth": 2, "batch": 32, "channels": 8, "size": 16}))
+                      ("conv", {"depth": 2, "batch": 32, "channels": 8, "size": 16}),
+                      # cells of 40-55 us, the zoo's RNN cells' (rnntc and rnnlm at
+                      # scale="small"): whether such a kernel holds the lock whole
+                      # or lets it go sits right at gil_kernel_s's likely values
+                      ("lstm", {"steps": 4, "layers": 2, "hidden": 48, "batch": 16}))
 
 
 #: the strategies every calibration model runs under: "single" (one device,
@@ -174,7 +178,8 @@ def _lstm(steps: int, layers: int = 1, hidden: int = 4, vocab: int = 8,
     """A tiny unrolled LSTM classifier: per-step shared embeddings and cells
     sharing their parameters (the structure, not the sizes, of the zoo's RNNs)."""
 
-    m = nn.Model(batch_size=batch, name=f"calib_lstm{steps}x{layers}")
+    wide = f"h{hidden}" if hidden != 4 else ""
+    m = nn.Model(batch_size=batch, name=f"calib_lstm{steps}x{layers}{wide}")
     tokens = m.input((steps,), dtype="int32", name="tokens")
     xs = embed_tokens(m, tokens, steps, vocab, hidden, "emb")
     tops, _ = lstm_stack(m, xs, layers, hidden, "l")
