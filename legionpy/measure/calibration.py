@@ -53,7 +53,10 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   model's), whose simulated periods and busy times
   best match the measured ones (least squared log error over grids). Two
   wider synthetic models (kernels of 0.05-1 ms, which release the lock for
-  part of their time) make the lock's share of a kernel identifiable; the
+  part of their time) make the lock's share of a kernel identifiable, and
+  an LSTM of 40-55 us cells (the zoo's RNN cells at ``scale="small"``)
+  where a cell holds it whole or not (one process, 28 Nov: without it
+  30 and 75 us fitted within 4% of each other; with it 30 us by 4-38%); the
   kernels are timed as predictions time them (``worker``: in a step's order).
   :func:`fit_copy_cost` (``copy_s`` alone) remains for a machine model
   without the lock.
@@ -190,7 +193,10 @@ def _lstm(steps: int, layers: int = 1, hidden: int = 4, vocab: int = 8,
 def calibration_models() -> list[Any]:
     """Fresh (uncompiled) synthetic calibration models: deep narrow MLPs
     (with fused and with separate activations), tiny conv stacks and tiny
-    unrolled LSTMs (shared parameters)."""
+    unrolled LSTMs (shared parameters), plus wider ones whose kernels
+    identify the lock terms: a dense and a conv model of 0.05-1.4 ms
+    kernels, an LSTM of 40-55 us cells (the zoo's RNN cells at
+    ``scale="small"``)."""
     build = {"mlp": _mlp, "conv": _conv, "lstm": _lstm}
     return [build[kind](**kw) for kind, kw in CALIBRATION_MODELS]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from seeded import seed_overhead, still_seeded
 
 from .mpirun import run_mpi
 
@@ -56,7 +57,11 @@ def test_ctrl_c_stops_every_rank_at_the_same_step(tmp_path):
     if exe is None:
         pytest.skip("mpirun not found")
     ck = tmp_path / "ck.npz"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    # seeded figures: the calibration is the first test's (from an empty cache)
+    cache = tmp_path / "cache"
+    seeded = [seed_overhead(cache, name) for name in ("local:2r2", "local:2r2-bound")]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
+           "LEGIONPY_CACHE": str(cache)}
     env.pop("LEGIONPY_DEBUG", None)
     proc = subprocess.Popen([exe, "-n", "2", sys.executable, "-m", "legionpy.cli", "train",
                              "lenet", "--steps", "60", "--checkpoint", str(ck),
@@ -79,7 +84,9 @@ def test_ctrl_c_stops_every_rank_at_the_same_step(tmp_path):
 
     # the same command continues on 2 ranks with the uninterrupted run's losses
     args = ["-m", "legionpy.cli", "train", "lenet", "--steps", "60", "--json"]
-    full = json.loads(run_mpi(2, args).stdout.strip().splitlines()[-1])["losses"]
-    rest = json.loads(run_mpi(2, args + ["--checkpoint", str(ck)]).stdout.strip()
+    same = {"LEGIONPY_CACHE": str(cache)}
+    full = json.loads(run_mpi(2, args, env=same).stdout.strip().splitlines()[-1])["losses"]
+    rest = json.loads(run_mpi(2, args + ["--checkpoint", str(ck)], env=same).stdout.strip()
                       .splitlines()[-1])
     assert rest["resumed_from_step"] == step and rest["losses"] == full[step:]
+    assert all(still_seeded(p) for p in seeded)  # no run calibrated

@@ -29,6 +29,16 @@ def cache(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def seed_overhead(cache):
+    """``seed(machine_name="local:2") -> path``: fixed machine-model figures
+    in the private cache (seeded.py), so a command that predicts reads them
+    instead of calibrating."""
+    from seeded import seed_overhead as seed
+
+    return lambda machine_name="local:2": seed(cache, machine_name)
+
+
+@pytest.fixture
 def rt4():
     """A fresh threaded runtime with 4 CPU devices; shut down afterwards."""
     rt = lr.init(cpus=4, executor="threads")

@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from seeded import still_seeded
 
 import legionpy as lp
 import legionpy.runtime as lr
@@ -145,7 +146,8 @@ def test_several_fits_keep_the_median_fit(cache, rt2):
     assert r.measured_time_s == pytest.approx(sum(r.measured_step_times_s) / 2, rel=1e-6)
 
 
-def test_simulate_compare_json(cache, capsys, tmp_path):
+def test_simulate_compare_json(cache, seed_overhead, capsys, tmp_path):
+    path = seed_overhead(Machine.local().name)
     trace = tmp_path / "sim.json"
     try:
         assert main(["simulate", "lenet", "--machine", "local", "--scale", "small",
@@ -171,6 +173,7 @@ def test_simulate_compare_json(cache, capsys, tmp_path):
     assert out["relative_error"] == pytest.approx(
         abs(out["iteration_time_s"] - out["measured_time_s"]) / out["measured_time_s"])
     assert set(out["measured_per_device_busy_s"]) == set(out["per_device_busy_s"])
+    assert still_seeded(path)  # the seeded figures, not a calibration (~50 s)
     assert (cache / "costs-v2.json").exists()
     # where the iteration goes, both sides, per device and kind (issue 26)
     for side in ("sim", "real"):
@@ -577,20 +580,9 @@ def test_simulate_compare_collective_sync(cache, capsys):
 
 # -- one prediction (issue 26 item 2) ----------------------------------------------------------
 
-def _seed_overhead(cache) -> None:
-    """Fixed machine-model figures in the private cache, so neither command
-    calibrates (the comparison is of predictions, deterministic given them)."""
-    import os
-
-    ovh = RuntimeOverhead(launch_s=2e-5, copy_launch_s=5e-6, task_s=5e-5, step_s=1e-4,
-                          cores=2, source="layer-api", machine="local:2")
-    os.makedirs(cache, exist_ok=True)
-    (cache / "overhead-v6-local_2.json").write_text(json.dumps(ovh.to_dict()))
-
-
 @pytest.mark.parametrize("strategy", ["data", "model"])
-def test_train_and_simulate_compare_print_one_prediction(cache, capsys, strategy):
-    _seed_overhead(cache)
+def test_train_and_simulate_compare_print_one_prediction(seed_overhead, capsys, strategy):
+    path = seed_overhead()
     try:
         assert main(["train", "lenet", "--strategy", strategy, "--steps", "2", "--json",
                      "--devices", "2"]) == 0
@@ -606,6 +598,7 @@ def test_train_and_simulate_compare_print_one_prediction(cache, capsys, strategy
     sim = json.loads(capsys.readouterr().out)
     assert tr["simulated_iteration_s"] > 0
     assert sim["iteration_time_s"] == pytest.approx(tr["simulated_iteration_s"], rel=0.02)
+    assert still_seeded(path)  # both read the seeded figures, neither calibrated
 
 
 def test_the_optimizer_s_update_is_in_the_prediction():

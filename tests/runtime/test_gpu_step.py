@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from seeded import still_seeded
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
@@ -106,15 +107,18 @@ def test_no_steps_and_no_compare_measure_nothing(monkeypatch, capsys):
     assert "steps" not in out and "compare" not in out and "one training step" not in stdout
 
 
-def test_simulate_compare_runs_on_this_process_gpus(monkeypatch, capsys):
+def test_simulate_compare_runs_on_this_process_gpus(monkeypatch, capsys, seed_overhead):
     """`legionpy simulate --compare` (and `train`) start the runtime on the
-    process's GPUs when it has some, and time the GPU's kernels on the GPU."""
+    process's GPUs when it has some, and time the GPU's kernels on the GPU
+    (the machine model's overhead seeded: its calibration is not the point)."""
     from legionpy.cli import main as cli
 
     monkeypatch.setenv("LEGIONPY_GPU_BACKEND", "emulated")
     monkeypatch.setenv("LEGIONPY_GPUS", "1")
+    path = seed_overhead("local:1")
     assert cli(["simulate", "lenet", "--scale", "small", "--machine", "local", "--compare",
                 "--steps", "1", "--warmup", "1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["machine"] == "local:1" and list(out["per_device_busy_s"]) == ["gpu0"]
     assert out["cost_model"] == "measured on the GPU" and out["measured_time_s"] > 0
+    assert still_seeded(path)  # the seeded figures were the ones used (no calibration)
