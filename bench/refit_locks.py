@@ -20,7 +20,11 @@ calibration kept. Search rows are skipped (their strategy is not in the JSON).
 grid: the best fit with that value (the rest descended), its loss and its
 bench errors -- how far apart fits of near-equal loss predict (on one
 calibration's rows of 28 Nov, fits within 6% of the best loss put the
-bench's mean error anywhere from 6.0 to 10.5%).
+bench's mean error anywhere from 6.0 to 10.5%). ``--drop NAME`` leaves out
+the rows of the calibration models whose name holds NAME: what the fit
+would take without them (``--drop h48``, the LSTM of the zoo's cell size:
+on R34's rows, 28 Nov, 75 us then came within 4% of the best loss, 30 us,
+where with them it is 4-38% behind).
 """
 
 from __future__ import annotations
@@ -57,6 +61,18 @@ def _variant(text: str) -> dict[str, float]:
         k, v = part.split("=")
         out[k.strip()] = float(v)
     return out
+
+
+def _without(rows: list, graphs: list, drop: list[str]) -> tuple[list, list]:
+    """The rows (and their task graphs) of the calibration models whose name
+    holds none of ``drop``.
+
+    >>> _without([{"model": "calib_mlp2"}, {"model": "calib_lstm4x2h48"}], ["g0", "g1"],
+    ...          ["h48"])
+    ([{'model': 'calib_mlp2'}], ['g0'])
+    """
+    keep = [i for i, r in enumerate(rows) if not any(d in r["model"] for d in drop)]
+    return [rows[i] for i in keep], [graphs[i] for i in keep]
 
 
 def _bench_errors(ovh: RuntimeOverhead, results: list[dict], machine: Machine) -> list[float]:
@@ -102,6 +118,9 @@ def main() -> None:
                    "figure a calibration of older code did not measure)")
     p.add_argument("--landscape", action="store_true",
                    help="a row per gil_kernel_s of the fit's grid: the best fit with it")
+    p.add_argument("--drop", action="append", default=[], metavar="NAME",
+                   help="leave out the rows of the calibration models whose name holds "
+                   "NAME (e.g. h48: what the fit takes without that model)")
     args = p.parse_args()
     rt = lp.init()
     root = rt.rank == 0
@@ -114,7 +133,7 @@ def main() -> None:
     base = replace(base, **held)
     by_name = {m.graph.name: m.graph for m in calibration_models()}
     graphs = [(tg, by_name[n]) for tg, n in zip(dump["taskgraphs"], dump["models"])]
-    rows = dump["rows"]
+    rows, graphs = _without(dump["rows"], graphs, args.drop)
     cached = replace(runtime_overhead(machine), **held)
     variants = {"cached": {k: getattr(cached, k) for k in LOCK_TERMS + ("task_s",)}}
     fit = fit_lock_terms_on_ranks(base, rows, graphs, fit_copy=dump["fit_copy"])

@@ -450,7 +450,7 @@ class Collective:
     ``name`` (trace and mirror name, e.g. ``"RS(b0.0)"``).
 
     >>> ar = Collective("all_reduce", (0, 1), [P[0], P[1]], "x")   # doctest: +SKIP
-    >>> ar()                     # one op on comm:0,1; returns its Future
+    >>> ar()                     # one op on comm:0,1; returns its Future  # doctest: +SKIP
     """
 
     def __init__(self, kind: str, group: tuple, parts: list, field: str,

@@ -41,7 +41,7 @@ can be enumerated.
 >>> g = models.lenet(batch_size=16).graph
 >>> sp = ConfigSpace(degrees=(1, 4), placement="zero", labels=("sample", "parameter"))
 >>> [c.degrees for c in sp.configs(g.op("fc1"), Machine.parse("p100:1x4"))]
-[(1, 1), (4, 1), (1, 4)]
+[(1, 1), (1, 4), (2, 2), (4, 1)]
 """
 
 from __future__ import annotations
