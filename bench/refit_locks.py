@@ -42,10 +42,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import legionpy as lp  # noqa: E402
 from legionpy.measure import runtime_overhead  # noqa: E402
 from legionpy.measure.calibration import (  # noqa: E402
-    GIL_GRID,
     calibration_models,
     fit_lock_terms,
     fit_lock_terms_on_ranks,
+    gil_grid,
 )
 from legionpy.optimizer import Machine  # noqa: E402
 from legionpy.optimizer.fidelity import RuntimeOverhead  # noqa: E402
@@ -98,7 +98,7 @@ def _landscape(base: RuntimeOverhead, rows: list, graphs: list,
                fit_copy: bool) -> dict[str, dict]:
     """``{"gil_kernel_s=V": the best fit with that value}`` over the lock
     fit's grid (its values shared among the ranks). Collective."""
-    gils = tuple(sorted({*GIL_GRID, base.gil_kernel_s}))
+    gils = gil_grid(base)
     parts = share_among_ranks(lambda rank, size: [
         (i, fit_lock_terms(base, rows, graphs, fit_copy=fit_copy, part=(i, len(gils))))
         for i in range(rank, len(gils), size)])

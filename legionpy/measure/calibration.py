@@ -122,7 +122,7 @@ from .fidelity import measure_runtime, median_of, prime_alone
 
 __all__ = ["calibration_models", "calibrate_layer_overhead", "calibrated_overhead",
            "fit_copy_cost", "fit_lock_terms", "fit_lock_terms_on_ranks",
-           "runtime_overhead", "CALIBRATION_MODELS",
+           "runtime_overhead", "CALIBRATION_MODELS", "gil_grid",
            "drop_contended_costs", "calibration_load", "reduce_byte_cost",
            "measured_copy_cost", "measured_collective_cost", "apply_measured_collectives",
            "CALIBRATION_STRATEGIES"]
@@ -559,6 +559,17 @@ ONE_CORE_GRID = (1.0, 1.05, 1.1, 1.15, 1.2, 1.3)
 GIL_GRID = (1e-5, 2e-5, 3e-5, 4e-5, 5e-5, 7.5e-5, 1e-4, 1.5e-4, 2e-4, 3e-4, 5e-4, 1e-3, 1.0)
 
 
+def gil_grid(ovh: RuntimeOverhead) -> tuple[float, ...]:
+    """The ``gil_kernel_s`` values :func:`fit_lock_terms` tries, in order
+    (``part`` and its ``"order"`` index them): :data:`GIL_GRID` and the
+    probe's figure.
+
+    >>> gil_grid(RuntimeOverhead(gil_kernel_s=2.5e-5))[:4]
+    (1e-05, 2e-05, 2.5e-05, 3e-05)
+    """
+    return tuple(sorted({*GIL_GRID, ovh.gil_kernel_s}))
+
+
 def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
                    rounds: int = 2, fit_copy: bool = True,
                    part: tuple[int, int] = (0, 1)) -> dict[str, float] | None:
@@ -622,7 +633,7 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
 
     grids = {"worker": WORKER_GRID, "gil_switch": SWITCH_GRID, "wake_s": WAKE_GRID,
              "copy_s": COPY_GRID,
-             "gil_kernel_s": tuple(sorted({*GIL_GRID, ovh.gil_kernel_s}))}
+             "gil_kernel_s": gil_grid(ovh)}
     if not any(r.get("copies", 0) > 0 for r in rows):
         grids["copy_s"] = (0.0,)
         cur["copy_s"] = 0.0
