@@ -19,8 +19,12 @@ def test_train_prints_once_and_merges_the_ranks_traces(tmp_path):
     calibration's own measurements cleared the user's trace, and the merged
     file was written only when an earlier run had left a warm cache)."""
     trace = tmp_path / "t.json"
+    # a full calibration under mpirun first: 100-115 s on the quiet 2-core
+    # machine (33 rows since the RNN-cell model, 28 Nov), past the default
+    # 120 s hang guard on a busier host
     p = run_mpi(2, ["-m", "legionpy.cli", "train", "lenet", "--steps", "2", "--json"],
-                env={"LEGIONPY_TRACE": str(trace), "LEGIONPY_CACHE": str(tmp_path / "cache")})
+                env={"LEGIONPY_TRACE": str(trace), "LEGIONPY_CACHE": str(tmp_path / "cache")},
+                timeout=240)
     reports = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     assert len(reports) == 1 and json.loads(reports[0])["ranks"] == 2
     events = json.loads(trace.read_text())["traceEvents"]
