@@ -272,13 +272,16 @@ def prime_lock_shares(cm: Any, graph: Any, strategy: Any, machine: Any) -> None:
     """Measure the lock shares (optimizer/lockshare.py) of ``strategy``'s
     CPU tiles that ``cm.shares`` lacks, into it and its cache file. GPU
     kernels release the lock (their launches are a few us: the cap)."""
-    from .kernel_timing import required_tiles
+    from .kernel_timing import required_tiles, tile_runner
+    from .twinproc import TwinProcess
 
     cpus = [d for d in machine.devices if d.kind == "cpu"]
     if not cpus:
         return
+    # the control (lockshare.lock_share): the same kernels in another process
+    apart = TwinProcess.shared if cm.runner is tile_runner else None
     if measure_shares(cm.shares, cm.runner, required_tiles(graph, [strategy]), cpus[0],
-                      cm.table):
+                      cm.table, apart):
         merge_table(cm.shares_path, cm.shares)
 
 

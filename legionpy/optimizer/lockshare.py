@@ -25,6 +25,17 @@ the cap stands). The model then lets a task's kernel hold the lock for
 the calibration fitted, the share raises it where a kernel is measured to
 hold the lock longer.
 
+Two threads share more than the lock: the cores, the caches, the memory
+system. So ``one`` is the larger of the kernel's time alone and its time
+beside the twin running in *another process*
+(:class:`~legionpy.optimizer.twinproc.TwinProcess`), which shares all of
+that but the lock: the ratio is the lock's part alone. Without that
+control alexnet's first convolution (an im2col copy and a GEMM of 1-4 ms,
+the lock released throughout) read slowed 1.0-1.4x beside its twin, a
+share of 0 or 0.55-0.8 from one process to the next, and the one-process
+model-parallel prediction 20.3 or 25.2 ms for a step measured at 20.2.
+With it the same tile read 0 in every process (28 Nov).
+
 The lock is handed over every 0.1 ms while a share is measured (the
 interpreter's switch interval, 5 ms by default): two threads that hold it
 throughout then alternate many times within a batch, and the ratio is
@@ -61,7 +72,9 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from ..affinity import cpu_clock, own_background, unbound
@@ -105,15 +118,46 @@ def _wall_per_call(fn: Callable[[], Any], n: int) -> float:
     return (time.perf_counter() - t0) / n
 
 
+def _beside(fn: Callable[[], Any], n: int, reps: int, run: Callable[[], Any]) -> float:
+    """Best of ``reps`` batches of ``fn``'s wall time per call while
+    ``run()``'s context (a twin running elsewhere) lasts."""
+    with run():
+        time.sleep(0.001)
+        return min(_wall_per_call(fn, n) for _ in range(reps))
+
+
+def _twin_thread(twin: Callable[[], Any]) -> Callable[[], Any]:
+    @contextmanager
+    def run() -> Iterator[None]:
+        stop = threading.Event()
+
+        def helper() -> None:
+            while not stop.is_set():
+                twin()
+
+        th = threading.Thread(target=helper, daemon=True)
+        th.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            th.join()
+    return run
+
+
 def lock_share(fn: Callable[[], Any], twin: Callable[[], Any], seconds: float = 0.008,
-               reps: int = 2) -> float:
+               reps: int = 2, apart: Callable[[], Any] | None = None) -> float:
     """The share of ``fn``'s time it holds the interpreter lock (module
-    doc): ``two / (2 * one)`` of its wall time per call alone (``one``) and
-    while ``twin`` (the same kernel on its own arrays) runs in a loop on a
-    second thread (``two``), each the best of ``reps`` batches of
-    ``seconds``; 0 where ``two / one`` < :data:`MIN_RATIO`. One BLAS thread;
-    on the node's cores (an MPI rank bound to one core would time the
-    helper's turns on it)."""
+    doc): ``two / (2 * base)`` of its wall time per call while ``twin``
+    (the same kernel on its own arrays) runs in a loop on a second thread
+    (``two``), over its time alone or, with ``apart``, beside the twin
+    running in another process (``base``: the larger of the two); each the
+    best of ``reps`` batches of ``seconds``; 0 where ``two / base`` <
+    :data:`MIN_RATIO`. ``apart()``: a context manager during which the twin
+    runs in another process (:class:`~legionpy.optimizer.twinproc.TwinProcess`):
+    what the caches, the memory system and the cores cost the kernel, the
+    lock aside. One BLAS thread; on the node's cores (an MPI rank bound to
+    one core would time the helper's turns on it)."""
     from threadpoolctl import threadpool_limits
 
     switch = sys.getswitchinterval()
@@ -124,38 +168,34 @@ def lock_share(fn: Callable[[], Any], twin: Callable[[], Any], seconds: float = 
         # a 5 ms turn a short batch happened to fall (shares of such 25-50 us
         # kernels read 0 or 1 from one batch to the next)
         sys.setswitchinterval(1e-4)
-        fn()
-        twin()
-        n = max(3, int(seconds / max(_wall_per_call(fn, 2), 1e-7)))
-        one = min(_wall_per_call(fn, n) for _ in range(reps))
-        stop = threading.Event()
-
-        def helper() -> None:
-            while not stop.is_set():
-                twin()
-
-        th = threading.Thread(target=helper, daemon=True)
-        th.start()
         try:
-            time.sleep(0.001)
-            two = min(_wall_per_call(fn, n) for _ in range(reps))
+            fn()
+            twin()
+            n = max(3, int(seconds / max(_wall_per_call(fn, 2), 1e-7)))
+            base = min(_wall_per_call(fn, n) for _ in range(reps))
+            two = _beside(fn, n, reps, _twin_thread(twin))
+            if apart is not None:
+                base = max(base, _beside(fn, n, reps, apart))
         finally:
-            stop.set()
-            th.join()
             sys.setswitchinterval(switch)
-    ratio = two / one if one > 0 else 1.0
+    ratio = two / base if base > 0 else 1.0
     return min(MAX_SHARE, ratio / 2.0) if ratio >= MIN_RATIO else 0.0
 
 
 def measure_shares(table: dict[str, list[float]], runner: Callable, tiles: list,
-                   device: Any, times: dict[str, list[float]] | None = None) -> bool:
+                   device: Any, times: dict[str, list[float]] | None = None,
+                   apart: Callable[[], Any] | None = None) -> bool:
     """Measure the (forward, backward) shares of ``tiles`` (``(op, rect)``)
     that ``table`` lacks, on ``device``; True when any was added. Kept only
     when other programs (an ``mpirun`` job's other ranks included) kept at
     most :data:`BUSY_CORES` busy meanwhile (:func:`legionpy.affinity.cpu_clock`).
     ``times``: the tiles' kernel seconds (``{key: [forward, backward]}``); a
     phase under :data:`TINY_S` is all dispatch and holds the lock throughout
-    (share 1, not measured: ~2x measured for every such kernel of the zoo)."""
+    (share 1, not measured: ~2x measured for every such kernel of the zoo).
+    ``apart``: called once there is a share to measure, a
+    :class:`~legionpy.optimizer.twinproc.TwinProcess` running ``runner``'s
+    kernels, the control of each share (:func:`lock_share`); its CPU
+    seconds are not counted as another program's."""
     from .costmodel import cost_key
 
     todo = [(op, rect, cost_key(op, rect, device.kind)) for op, rect in tiles]
@@ -163,7 +203,9 @@ def measure_shares(table: dict[str, list[float]], runner: Callable, tiles: list,
     if not todo:
         return False
     got = {}
+    twin_proc = apart() if apart is not None else None
     c0 = cpu_clock()
+    helper_s = twin_proc.cpu_s if twin_proc is not None else 0.0
     for op, rect, key in todo:
         took = (times or {}).get(key, (1.0, 1.0))
         if max(took) < TINY_S:
@@ -171,9 +213,15 @@ def measure_shares(table: dict[str, list[float]], runner: Callable, tiles: list,
             continue
         f, b = runner(op, rect, device)
         f2, b2 = runner(op, rect, device)  # the second thread's own arrays
-        got[key] = [lock_share(fn, twin) if t >= TINY_S else 1.0
-                    for fn, twin, t in ((f, f2, took[0]), (b, b2, took[1]))]
-    bg = own_background(c0, cpu_clock())
+        got[key] = [
+            lock_share(fn, twin, apart=None if twin_proc is None else
+                       partial(twin_proc.running, op, rect, device, ph))
+            if t >= TINY_S else 1.0
+            for ph, (fn, twin, t) in enumerate(((f, f2, took[0]), (b, b2, took[1])))]
+    c1 = cpu_clock()
+    bg = own_background(c0, c1)
+    if bg is not None and twin_proc is not None:
+        bg = max(0.0, bg - (twin_proc.cpu_s - helper_s) / max(c1[0] - c0[0], 1e-9))
     if bg is not None and bg > BUSY_CORES:
         # other programs (or the job's other ranks) took a core: two threads
         # were short of cores whatever the lock did; the cap stands, in this
@@ -219,6 +267,7 @@ def contention(share: float) -> float:
 
 def cache_file(cost_cache_path: str) -> str:
     """The shares' cache beside a step cost model's table (v3: shares over 1
-    kept, :data:`MAX_SHARE`)."""
+    kept, :data:`MAX_SHARE`; v4: over the twin in another process's time,
+    :mod:`.twinproc`)."""
     return os.path.join(os.path.dirname(os.path.abspath(cost_cache_path)),
-                        f"locks-step-cpu-{TABLES}-v3.json")
+                        f"locks-step-cpu-{TABLES}-v4.json")

@@ -852,16 +852,23 @@ def test_an_lstm_cell_holds_the_lock_most_of_its_time():
     assert MIN_RATIO / 2 <= share <= MAX_SHARE
 
 
-@pytest.mark.parametrize("one, two, share", [
-    (1.0, 2.8, 1.4),     # two threads slower than one after the other: kept over 1
-    (1.0, 4.0, 1.5),     # ... up to MAX_SHARE
-    (1.0, 1.6, 0.8),     # lock-bound under 1
-    (1.0, 1.05, 0.0),    # under MIN_RATIO: the lock is not the bottleneck
+@pytest.mark.parametrize("one, two, far, share", [
+    (1.0, 2.8, None, 1.4),   # two threads slower than one after the other: kept over 1
+    (1.0, 4.0, None, 1.5),   # ... up to MAX_SHARE
+    (1.0, 1.6, None, 0.8),   # lock-bound under 1
+    (1.0, 1.05, None, 0.0),  # under MIN_RATIO: the lock is not the bottleneck
+    (1.0, 1.5, 1.4, 0.0),    # slowed as much by the twin in another process: not the lock
+    (1.0, 2.4, 1.2, 1.0),    # the lock's part over the process twin's
+    (1.0, 1.6, 0.9, 0.8),    # a process twin faster than alone (noise): over one's time
 ])
-def test_a_share_is_two_threads_time_over_twice_one_s(monkeypatch, one, two, share):
+def test_a_share_is_two_threads_time_over_twice_one_s(monkeypatch, one, two, far, share):
     """The arithmetic of :func:`lock_share` on given timings: shares over one
     (each hand-over of the lock costs) are kept up to MAX_SHARE and charged
-    as contention; ratios under MIN_RATIO read 0."""
+    as contention; ratios under MIN_RATIO read 0; with the twin run in
+    another process (``far``, optimizer/twinproc.py), the ratio is over the
+    larger of that time and the kernel's alone."""
+    import contextlib
+
     from legionpy.optimizer import lockshare
 
     calls = []
@@ -870,14 +877,18 @@ def test_a_share_is_two_threads_time_over_twice_one_s(monkeypatch, one, two, sha
     def wall(fn, n):
         calls.append(n)
         # the first call sizes the batches; the next `reps` time one thread alone,
-        # the last `reps` two threads
-        return 1e-3 if len(calls) == 1 else (one if len(calls) <= 1 + reps else two)
+        # the next `reps` two threads, the last `reps` the twin in another process
+        k = len(calls)
+        return 1e-3 if k == 1 else (one if k <= 1 + reps else two if k <= 1 + 2 * reps
+                                    else far)
 
     monkeypatch.setattr(lockshare, "_wall_per_call", wall)
-    got = lockshare.lock_share(lambda: None, lambda: None, seconds=0.01, reps=reps)
+    apart = None if far is None else contextlib.nullcontext
+    got = lockshare.lock_share(lambda: None, lambda: None, seconds=0.01, reps=reps,
+                               apart=apart)
     assert got == pytest.approx(share)
     assert lockshare.contention(got) == pytest.approx(max(1.0, share))
-    assert len(calls) == 1 + 2 * reps
+    assert len(calls) == 1 + (2 if far is None else 3) * reps
 
 
 def test_sharing_keeps_each_resource_fifo_and_the_list_schedule_without_python():
