@@ -174,7 +174,7 @@ def lock_share(fn: Callable[[], Any], twin: Callable[[], Any], seconds: float = 
             n = max(3, int(seconds / max(_wall_per_call(fn, 2), 1e-7)))
             base = min(_wall_per_call(fn, n) for _ in range(reps))
             two = _beside(fn, n, reps, _twin_thread(twin))
-            if apart is not None:
+            if apart is not None and two >= MIN_RATIO * base:  # else 0 whatever it says
                 base = max(base, _beside(fn, n, reps, apart))
         finally:
             sys.setswitchinterval(switch)
