@@ -28,8 +28,9 @@ started on first use and kept until exit, fed pickled ``(op, rect,
 device, phase)`` frames on its stdin: it builds the tile's kernel with
 :func:`legionpy.optimizer.kernel_timing.tile_runner` (the very kernel the
 parent times), answers ready, runs it in a loop until the next frame and
-answers with the CPU seconds it spent (the parent counts them as its own
-when it checks that nothing else kept the cores busy). It starts without
+answers stopped; every answer carries the CPU seconds it has spent in all
+(imports and kernel builds included), which the parent counts as its own
+when it checks that nothing else kept the cores busy. It starts without
 the MPI launcher's variables (it is no rank), with one BLAS thread, on the
 cores the parent had when it was started.
 """
@@ -92,7 +93,9 @@ def _recv(stream: BinaryIO) -> Any:
 class TwinProcess:
     """A helper process running one tile kernel at a time in a loop
     (module doc). ``with twin.running(op, rect, device, phase):`` the
-    kernel runs there; :attr:`cpu_s` sums the CPU seconds it has spent."""
+    kernel runs there; :attr:`cpu_s`: the CPU seconds it has spent in all,
+    as of its last answer (it idles between answers). Returns once the
+    helper has started (its imports done)."""
 
     _shared: TwinProcess | None = None
 
@@ -103,6 +106,7 @@ class TwinProcess:
                 [sys.executable, "-m", "legionpy.optimizer.twinproc"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=child_env())
         atexit.register(self.close)
+        self._answer()  # started: what it spent importing is counted from here on
 
     @classmethod
     def shared(cls) -> TwinProcess:
@@ -111,27 +115,29 @@ class TwinProcess:
             cls._shared = cls()
         return cls._shared
 
-    def _wait(self, timeout: float) -> Any:
+    def _answer(self, timeout: float = START_TIMEOUT_S) -> Any:
+        """The helper's next answer ``(what, its CPU seconds so far)``: the what."""
         out = self._proc.stdout
         ready, _, _ = select.select([out], [], [], timeout)
         if not ready:
             self.close()
             raise TimeoutError(f"the twin process did not answer in {timeout:.0f} s")
-        return _recv(out)
+        what, self.cpu_s = _recv(out)
+        return what
 
     @contextmanager
     def running(self, op: Any, rect: Any, device: Any, phase: int) -> Iterator[None]:
         """The kernel ``tile_runner(op, rect, device)[phase]`` running in a
         loop in the helper for the ``with`` block's duration."""
         _send(self._proc.stdin, (op, rect, device, phase))
-        got = self._wait(START_TIMEOUT_S)
+        got = self._answer()
         if got != "ready":
             raise RuntimeError(f"the twin process could not run the kernel: {got}")
         try:
             yield
         finally:
             _send(self._proc.stdin, "stop")
-            self.cpu_s += float(self._wait(START_TIMEOUT_S))
+            self._answer()
 
     def close(self) -> None:
         """Stop the helper (at exit; idempotent)."""
@@ -170,6 +176,10 @@ def main() -> None:
 
     from .kernel_timing import tile_runner
 
+    def answer(what: Any) -> None:
+        _send(out, (what, time.process_time()))
+
+    answer("up")
     with threadpool_limits(1):
         while True:
             try:
@@ -183,14 +193,13 @@ def main() -> None:
                 fn = tile_runner(op, rect, device)[phase]
                 fn()
             except Exception as e:  # noqa: BLE001 - reported to the parent, which raises
-                _send(out, f"{type(e).__name__}: {e}")
+                answer(f"{type(e).__name__}: {e}")
                 continue
-            _send(out, "ready")
-            c0 = time.process_time()
+            answer("ready")
             _loop(fn, stdin)
             if _recv(stdin) != "stop":
                 return
-            _send(out, time.process_time() - c0)
+            answer("stopped")
 
 
 if __name__ == "__main__":
