@@ -203,7 +203,7 @@ def measure_shares(table: dict[str, list[float]], runner: Callable, tiles: list,
     if not todo:
         return False
     got = {}
-    twin_proc = apart() if apart is not None else None
+    twin_proc = _started(apart)
     c0 = cpu_clock()
     helper_s = twin_proc.cpu_s if twin_proc is not None else 0.0
     for op, rect, key in todo:
@@ -213,11 +213,19 @@ def measure_shares(table: dict[str, list[float]], runner: Callable, tiles: list,
             continue
         f, b = runner(op, rect, device)
         f2, b2 = runner(op, rect, device)  # the second thread's own arrays
-        got[key] = [
-            lock_share(fn, twin, apart=None if twin_proc is None else
-                       partial(twin_proc.running, op, rect, device, ph))
-            if t >= TINY_S else 1.0
-            for ph, (fn, twin, t) in enumerate(((f, f2, took[0]), (b, b2, took[1])))]
+        shares = []
+        for ph, (fn, twin, t) in enumerate(((f, f2, took[0]), (b, b2, took[1]))):
+            if t < TINY_S:
+                shares.append(1.0)
+                continue
+            try:
+                shares.append(lock_share(fn, twin, apart=None if twin_proc is None else
+                                         partial(twin_proc.running, op, rect, device, ph)))
+            except _HELPER_ERRORS as e:  # the helper died: the thread twin alone from here
+                _no_control(e)
+                twin_proc = None
+                shares.append(lock_share(fn, twin))
+        got[key] = shares
     c1 = cpu_clock()
     bg = own_background(c0, c1)
     if bg is not None and twin_proc is not None:
@@ -230,6 +238,28 @@ def measure_shares(table: dict[str, list[float]], runner: Callable, tiles: list,
         return False
     table.update(got)
     return True
+
+
+#: what a failed or dead helper process raises (optimizer/twinproc.py)
+_HELPER_ERRORS = (OSError, EOFError, TimeoutError, RuntimeError)
+
+
+def _no_control(e: BaseException) -> None:
+    print(f"legionpy: the lock shares are measured without their control (a kernel's twin "
+          f"in another process could not run: {e}); a share may read a slowdown the memory "
+          "system causes as the lock's", file=sys.stderr, flush=True)
+
+
+def _started(apart: Callable[[], Any] | None) -> Any:
+    """``apart()``, the helper process, or None (said on stderr) where it
+    cannot start."""
+    if apart is None:
+        return None
+    try:
+        return apart()
+    except _HELPER_ERRORS as e:
+        _no_control(e)
+        return None
 
 
 def op_shares(table: dict[str, list[float]], graph: Any, strategy: Any,

@@ -16,8 +16,8 @@ lock. So :class:`TwinProcess` runs the twin there while the kernel is timed
 again: the thread twin's slowdown over the process twin's is the lock's
 alone, and a kernel slowed alike by both holds none of it (the control
 every interference measurement needs: the same load with one factor
-removed, as in Jain, "The Art of Computer Systems Performance Analysis",
-1991, ch. 16-18). Measured on alexnet's model-parallel tiles (28 Nov,
+removed: Jain, "The Art of Computer Systems Performance Analysis",
+1991, part IV, experimental design). Measured on alexnet's model-parallel tiles (28 Nov,
 2-core machine): the first convolution's forward read 0.8-2.0x beside the
 thread twin and 1.1-2.4x beside the process twin (the memory system, not
 the lock); the middle convolutions 1.3-2.7x and 0.8-1.2x; the pools and

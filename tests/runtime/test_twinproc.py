@@ -100,3 +100,25 @@ def test_the_twins_cpu_is_not_another_programs(monkeypatch):
     FakeTwin.running = lambda self, *a: contextlib.nullcontext()  # the other core: not its
     assert not lockshare.measure_shares(table, lambda *a: (lambda: None, lambda: None),
                                         [(op, rect)], dev, apart=FakeTwin)
+
+
+def test_without_a_helper_the_shares_are_measured_and_the_user_told(monkeypatch, capsys):
+    """Where the helper process cannot start (or dies), the shares are
+    measured beside the thread twin alone, and stderr says what that costs."""
+    from legionpy.optimizer import lockshare
+
+    op, rect, dev = _dense_tile()
+    monkeypatch.setattr(lockshare, "_LOADED", set())
+    monkeypatch.setattr(lockshare, "BUSY_CORES", 2.0)
+    seen = []
+    monkeypatch.setattr(lockshare, "lock_share",
+                        lambda fn, twin, apart=None: (seen.append(apart), 0.25)[1])
+
+    def cannot_start():
+        raise OSError("no processes here")
+
+    table: dict = {}
+    assert lockshare.measure_shares(table, lambda *a: (lambda: None, lambda: None),
+                                    [(op, rect)], dev, apart=cannot_start)
+    assert list(table.values()) == [[0.25, 0.25]] and seen == [None, None]
+    assert "without their control" in capsys.readouterr().err
