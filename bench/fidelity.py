@@ -289,6 +289,37 @@ def speed_text(summary: dict) -> str:
     return text
 
 
+def host_busy(summary: dict) -> tuple[bool, str]:
+    """Whether the host was busy over a bench, and why: any interpreter
+    probe of the run or its calibration (:func:`speed_text`'s figures) over
+    ``QUIET_SLOWDOWN`` times their median. The project's quiet benches kept
+    every probe within x1.06 of it (28 Nov, R34-R38); the busy ones read
+    x1.5-1.8 in a spell of a minute or more, at the calibration or in one of
+    the fresh processes (R40-R43), and their rows moved 28-45% between
+    processes. A bench on a busy host is not a result for issue 26's targets.
+
+    >>> host_busy({"interpreter_s": [186e-6, 180e-6, 173e-6], "calibration_interpreter_s": 180e-6})
+    (False, 'quiet: every interpreter probe within x1.03 of their median (180 us)')
+    >>> host_busy({"interpreter_s": [180e-6, 199e-6, 175e-6], "calibration_interpreter_s": 295e-6})
+    (True, "BUSY: the interpreter probe read 295 us at the calibration against a median of \
+190 us (x1.56): not a result for issue 26's targets; measure again when the host is quiet")
+    """
+    speed = list(summary.get("interpreter_s") or [])
+    cal = summary.get("calibration_interpreter_s")
+    probes = speed + ([cal] if cal else [])
+    if not probes:
+        return False, "host speed not probed"
+    mid = statistics.median(probes)
+    worst = max(probes)
+    where = "at the calibration" if cal and worst == cal else "in the run"
+    if worst > QUIET_SLOWDOWN * mid:
+        return True, (f"BUSY: the interpreter probe read {worst * 1e6:.0f} us {where} against "
+                      f"a median of {mid * 1e6:.0f} us (x{worst / mid:.2f}): not a result for "
+                      "issue 26's targets; measure again when the host is quiet")
+    return False, (f"quiet: every interpreter probe within x{worst / mid:.2f} of their median "
+                   f"({mid * 1e6:.0f} us)")
+
+
 def host_text(slow: float | None, retakes: int) -> str:
     """`` | host x1.07`` (and `` retook 2``) for a row's host slowdown."""
     if slow is None:
@@ -382,11 +413,14 @@ def over_processes(args, argv: list[str]) -> int:
                                      for t in table],
                    "host_retakes": sum(run[regime]["summary"].get("host_retakes", 0)
                                        for run in runs)}
+        busy, why = host_busy(summary)
+        summary["host_busy"] = busy
         print(f"[{regime}, {len(runs)} processes] {accuracy_text(summary)}", flush=True)
         print(f"[{regime}, {len(runs)} processes] one row measured in fresh processes moved "
               f"by {summary['measured_spread'] * 100:.0f}% (median over rows of (max - min) / "
               f"median); {speed_text(summary)}; {slowdown_text(summary)}; issue 26's targets "
               f"{'met' if met(summary) else 'NOT met'}", flush=True)
+        print(f"[{regime}, {len(runs)} processes] the host: {why}", flush=True)
         out_all[regime] = {"summary": summary, "results": table}
     if args.json:
         with open(args.json, "w") as f:
@@ -472,6 +506,8 @@ def run_regime(regime, args, machine, overhead, sizes, root):
           f"{summary['loaded_kendall_tau']:.3f}")
     print(f"[{regime}] {speed_text(summary)}")
     print(f"[{regime}] {slowdown_text(summary)}")
+    summary["host_busy"], why = host_busy(summary)
+    print(f"[{regime}] the host: {why}")
     load = os.getloadavg() if hasattr(os, "getloadavg") else (0, 0, 0)
     summary["load_average"] = list(load)
     for label, pre in (("machine to itself", ""), ("at the measured load", "loaded_")):

@@ -39,6 +39,29 @@ def test_drift_is_the_largest_move_against_the_calibration():
     assert "against" not in bench.speed_text({"interpreter_s": [1.2e-4]})
 
 
+def test_a_bench_on_a_busy_host_says_it_is_not_a_result():
+    """The interpreter probes of the last session's quiet benches (R37)
+    and of this session's busy ones (R40: a busy calibration; R42: a busy
+    spell in the run) as the bench logged them."""
+    us = 1e-6
+    quiet = {"interpreter_s": [s * us for s in (180, 184, 170, 181, 189, 185, 187, 194, 175,
+                                                 193)],
+             "calibration_interpreter_s": 192 * us}
+    busy_cal = {"interpreter_s": [s * us for s in (180, 199, 175, 186, 277, 180, 172, 184,
+                                                    186, 186)],
+                "calibration_interpreter_s": 295 * us}
+    busy_run = {"interpreter_s": [s * us for s in (175, 188, 175, 320, 173, 178, 179, 306, 174,
+                                                    180)],
+                "calibration_interpreter_s": 181 * us}
+    assert bench.host_busy(quiet)[0] is False
+    assert "quiet" in bench.host_busy(quiet)[1]
+    busy, why = bench.host_busy(busy_cal)
+    assert busy and "295 us at the calibration" in why and "not a result" in why
+    busy, why = bench.host_busy(busy_run)
+    assert busy and "320 us in the run" in why
+    assert bench.host_busy({}) == (False, "host speed not probed")
+
+
 def test_spread_of_one_row_over_processes():
     assert bench.spread([4.0, 5.0, 4.5]) == pytest.approx(1.0 / 4.5)
     assert bench.spread([3.0, 3.0, 3.0]) == 0.0
