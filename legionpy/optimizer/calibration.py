@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 import time
 from typing import Any
 
@@ -36,7 +35,7 @@ import numpy as np
 from ..affinity import node_cores, unbound
 from .costmodel import TABLES, cached_table, merge_table
 from .lockshare import cache_file as lock_cache_file
-from .lockshare import measure_shares, op_shares
+from .lockshare import looping, measure_shares, op_shares
 
 __all__ = ["task_counts", "nnls", "local_cores", "ContendedCostModel", "time_contended"]
 
@@ -298,19 +297,5 @@ def time_contended(fn: Any, concurrency: int, warmup: int = 2, repeats: int = 5)
 
     from .costmodel import MeasuredCostModel
 
-    stop = threading.Event()
-
-    def helper() -> None:
-        while not stop.is_set():
-            fn()
-
-    helpers = [threading.Thread(target=helper, daemon=True) for _ in range(concurrency - 1)]
-    with unbound(), threadpool_limits(1):
-        for h in helpers:
-            h.start()
-        try:
-            return MeasuredCostModel.time_callable(fn, warmup, repeats, clock=time.thread_time)
-        finally:
-            stop.set()
-            for h in helpers:
-                h.join()
+    with unbound(), threadpool_limits(1), looping(fn, concurrency - 1):
+        return MeasuredCostModel.time_callable(fn, warmup, repeats, clock=time.thread_time)

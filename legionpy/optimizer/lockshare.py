@@ -79,9 +79,10 @@ from typing import Any
 
 from ..affinity import cpu_clock, own_background, unbound
 from .costmodel import TABLES
+from .twinproc import TwinError
 
-__all__ = ["MIN_RATIO", "MAX_SHARE", "lock_share", "contention", "measure_shares", "op_shares",
-           "cache_file"]
+__all__ = ["MIN_RATIO", "MAX_SHARE", "lock_share", "looping", "contention", "measure_shares",
+           "op_shares", "cache_file"]
 
 #: two threads' time per call over one's below which the lock is not the
 #: bottleneck (the memory system and the cores add 0-6% on the 2-core machine)
@@ -126,23 +127,26 @@ def _beside(fn: Callable[[], Any], n: int, reps: int, run: Callable[[], Any]) ->
         return min(_wall_per_call(fn, n) for _ in range(reps))
 
 
-def _twin_thread(twin: Callable[[], Any]) -> Callable[[], Any]:
-    @contextmanager
-    def run() -> Iterator[None]:
-        stop = threading.Event()
+@contextmanager
+def looping(fn: Callable[[], Any], threads: int = 1) -> Iterator[None]:
+    """``threads`` helper threads calling ``fn`` in a loop for the ``with``
+    block's duration (a kernel's twin; the step cost model's contended
+    timings run theirs too)."""
+    stop = threading.Event()
 
-        def helper() -> None:
-            while not stop.is_set():
-                twin()
+    def helper() -> None:
+        while not stop.is_set():
+            fn()
 
-        th = threading.Thread(target=helper, daemon=True)
-        th.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            th.join()
-    return run
+    helpers = [threading.Thread(target=helper, daemon=True) for _ in range(threads)]
+    for h in helpers:
+        h.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for h in helpers:
+            h.join()
 
 
 def lock_share(fn: Callable[[], Any], twin: Callable[[], Any], seconds: float = 0.008,
@@ -173,7 +177,7 @@ def lock_share(fn: Callable[[], Any], twin: Callable[[], Any], seconds: float = 
             twin()
             n = max(3, int(seconds / max(_wall_per_call(fn, 2), 1e-7)))
             base = min(_wall_per_call(fn, n) for _ in range(reps))
-            two = _beside(fn, n, reps, _twin_thread(twin))
+            two = _beside(fn, n, reps, partial(looping, twin))
             if apart is not None and two >= MIN_RATIO * base:  # else 0 whatever it says
                 base = max(base, _beside(fn, n, reps, apart))
         finally:
@@ -203,9 +207,9 @@ def measure_shares(table: dict[str, list[float]], runner: Callable, tiles: list,
     if not todo:
         return False
     got = {}
-    twin_proc = _started(apart)
+    twin_proc = helper = _started(apart)  # helper: its CPU is ours even if it dies
     c0 = cpu_clock()
-    helper_s = twin_proc.cpu_s if twin_proc is not None else 0.0
+    helper_s = helper.cpu_s if helper is not None else 0.0
     for op, rect, key in todo:
         took = (times or {}).get(key, (1.0, 1.0))
         if max(took) < TINY_S:
@@ -228,8 +232,8 @@ def measure_shares(table: dict[str, list[float]], runner: Callable, tiles: list,
         got[key] = shares
     c1 = cpu_clock()
     bg = own_background(c0, c1)
-    if bg is not None and twin_proc is not None:
-        bg = max(0.0, bg - (twin_proc.cpu_s - helper_s) / max(c1[0] - c0[0], 1e-9))
+    if bg is not None and helper is not None:
+        bg = max(0.0, bg - (helper.cpu_s - helper_s) / max(c1[0] - c0[0], 1e-9))
     if bg is not None and bg > BUSY_CORES:
         # other programs (or the job's other ranks) took a core: two threads
         # were short of cores whatever the lock did; the cap stands, in this
@@ -241,7 +245,7 @@ def measure_shares(table: dict[str, list[float]], runner: Callable, tiles: list,
 
 
 #: what a failed or dead helper process raises (optimizer/twinproc.py)
-_HELPER_ERRORS = (OSError, EOFError, TimeoutError, RuntimeError)
+_HELPER_ERRORS = (OSError, EOFError, TimeoutError, TwinError)
 
 
 def _no_control(e: BaseException) -> None:

@@ -51,7 +51,7 @@ from typing import Any, BinaryIO
 
 from ..affinity import unbound
 
-__all__ = ["TwinProcess", "child_env"]
+__all__ = ["TwinProcess", "TwinError", "child_env"]
 
 #: environment variables of MPI launchers (MPICH's hydra, Open MPI, PMIx,
 #: Slurm's PMI) a helper must not inherit: it would take itself for a rank
@@ -59,6 +59,10 @@ _LAUNCHER_PREFIXES = ("PMI_", "PMIX_", "HYDRA_", "MPIR_", "MPICH_", "OMPI_", "MP
                       "I_MPI_", "SLURM_PMI")
 #: how long a helper may take to import numpy and build a kernel
 START_TIMEOUT_S = 60.0
+
+
+class TwinError(RuntimeError):
+    """The helper could not build or run the kernel it was sent."""
 
 
 def child_env(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -132,7 +136,7 @@ class TwinProcess:
         _send(self._proc.stdin, (op, rect, device, phase))
         got = self._answer()
         if got != "ready":
-            raise RuntimeError(f"the twin process could not run the kernel: {got}")
+            raise TwinError(f"the twin process could not run the kernel: {got}")
         try:
             yield
         finally:
