@@ -171,6 +171,7 @@ def _compare(args) -> dict:
     """``simulate --compare``: simulate, run for real, compare (see module doc)."""
     from ..errors import MachineError, ModelError
     from ..measure import judge_searches
+    from ..measure.calibration import note_faster_run
     from ..measure.fidelity import LOCAL_COST, compare
     from ..models import check_model
     from ..models.training import parse_sizes, start_runtime
@@ -211,6 +212,8 @@ def _compare(args) -> dict:
         f"  {'device':<10} {'sim busy ms':>12} {'real busy ms':>13}",
     ]
     if r.host_slowdown is not None:
+        if not args.no_overhead:  # a calibration taken in a busy spell: taken again next run
+            note_faster_run(r.machine, r.host_slowdown)
         lines.insert(4, "  " + host_speed_text(r.host_slowdown)
                      + (f" (took the measurement {r.host_retakes} more time(s) while the "
                         "host was busy)" if r.host_retakes else ""))

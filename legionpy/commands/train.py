@@ -31,8 +31,10 @@ def _configure(p) -> None:
 
 @command("train", "train a small zoo model on synthetic data and report samples/s and loss")
 def _train(args) -> dict:
+    from ..measure.calibration import note_faster_run
     from ..models import check_model
     from ..models.training import start_runtime, train_from_args
+    from ..optimizer import Machine
     from ..probe.hostspeed import host_speed_text, slowdown
 
     check_model(args.model)
@@ -66,6 +68,8 @@ def _train(args) -> dict:
         slow = slowdown(r.get("host_probe_s"), r.get("host_quiet_probe_s"))
         if slow is not None:
             text += f"\n  {host_speed_text(slow)}"
+            # a calibration taken in a busy spell of the host: the next run takes it again
+            note_faster_run(Machine.local().name, slow)
     if r["checkpoint"]:
         text += f"\n  checkpoint: {r['checkpoint']} (run the same command again to continue)"
     out = {"text": text, **r}

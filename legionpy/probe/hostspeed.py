@@ -122,8 +122,14 @@ def host_speed_text(slow: float) -> str:
 
     >>> host_speed_text(1.02)
     'the host ran Python at x1.02 its calibrated speed (quiet)'
+    >>> host_speed_text(0.7).endswith("for a slower host; the next run calibrates again")
+    True
     """
     text = f"the host ran Python at x{slow:.2f} its calibrated speed"
+    if slow * QUIET_SLOWDOWN < 1.0:
+        return (text + ": faster than while the calibration ran (the host's other tenants "
+                "were busy then), so the prediction is for a slower host; the next run "
+                "calibrates again")
     if slow <= QUIET_SLOWDOWN:
         return text + " (quiet)"
     return (text + ": busy (the host's other tenants: no load figure of this machine "

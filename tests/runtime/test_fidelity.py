@@ -1401,6 +1401,62 @@ def test_a_calibration_taken_under_load_is_redone_when_quiet(cache, rt2, monkeyp
     assert ("calibrating again" in capsys.readouterr().err) is again
 
 
+@pytest.mark.parametrize("slow,retaken,again", [
+    (0.69, False, True),    # a run found the host x1.45 faster: calibrated again
+    (0.90, False, False),   # within QUIET_SLOWDOWN: kept
+    (1.40, False, False),   # the run was the slow one: kept
+    (0.69, True, False)])   # already retaken once for this: kept
+def test_a_calibration_taken_in_a_busy_spell_of_the_host_is_redone_once(
+        cache, rt2, monkeypatch, capsys, slow, retaken, again):
+    """The host's other tenants slow its Python in spells that no load
+    figure shows: a run that finds the host over QUIET_SLOWDOWN times faster
+    than the cached calibration's rows ran marks it, and the next run takes
+    it again, once (the retake is kept the next time however slow it was)."""
+    from legionpy.measure import calibration
+
+    path = _cached_calibration(cache, [0.0, 0.1, 0.0])
+    if retaken:
+        have = json.load(open(path))
+        have["calibration"]["speed_retake"] = True
+        with open(path, "w") as f:
+            json.dump(have, f)
+    calls = []
+
+    def fresh(machine, verbose=False):
+        calls.append(machine.name)
+        return RuntimeOverhead(task_s=2e-5, cores=2, control_threads=1, machine=machine.name,
+                               calibration={"rows": []})
+    monkeypatch.setattr(calibration, "calibrated_overhead", fresh)
+    assert calibration.note_faster_run("local:2", slow) is (slow < 0.8)
+    ovh = calibration.runtime_overhead(Machine.local())
+    assert (calls == ["local:2"]) is again
+    assert ovh.task_s == pytest.approx(2e-5 if again else 1e-5)
+    assert ("a run found the host running Python x1.45 faster" in capsys.readouterr().err) \
+        is again
+    if again:
+        assert json.load(open(path))["calibration"]["speed_retake"] is True
+        # a busy retake is kept: one retake, not one per run
+        assert calibration.note_faster_run("local:2", 0.5)
+        assert calibration.runtime_overhead(Machine.local()).task_s == pytest.approx(2e-5)
+        assert calls == ["local:2"]
+
+
+def test_train_marks_a_calibration_slower_than_its_run(cache, rt2, monkeypatch, capsys):
+    """``legionpy train`` prints the host's speed against the calibration's
+    and, where the run was over QUIET_SLOWDOWN times faster, says the next
+    run calibrates again and marks the cached calibration so."""
+    from legionpy.measure import calibration
+    from legionpy.probe.hostspeed import host_speed_text
+
+    path = _cached_calibration(cache, [0.0, 0.1, 0.0])
+    assert "the next run calibrates again" in host_speed_text(0.7)
+    assert "the next run calibrates again" not in host_speed_text(0.9)
+    assert calibration.note_faster_run("local:2", 0.7)
+    assert json.load(open(path))["calibration"]["slower_than_run"] == pytest.approx(1 / 0.7)
+    assert not calibration.note_faster_run("local:2", None)
+    assert not calibration.note_faster_run("local:3", 0.7)   # no calibration cached for it
+
+
 def test_interpreter_speed_times_the_fixed_work(monkeypatch):
     """``interpreter_speed``: the median seconds of one fixed piece of the
     interpreter's work, so a slower interpreter reads slower."""
