@@ -32,9 +32,10 @@ JPDC 2014):
   release it overlap; a thread keeps its seniority while it has work
   queued, the control thread is the most senior. While two or more threads
   of a process actually interleave, every hand-over costs: each runs at
-  ``1 / (1 + switch)`` of its share (calibrated on synthetic models:
+  ``1 / (1 + switch * w)`` of its share (calibrated on synthetic models:
   ``RuntimeOverhead.gil_switch``; overlapping LSTM cells were measured at
-  3-5x their time alone). ``fair=True``: max-min fair shares of a lock of
+  3-5x their time alone), ``w`` growing with how often the lock changes
+  hands (:func:`handover_weight`). ``fair=True``: max-min fair shares of a lock of
   capacity ``1 / (1 + switch)`` instead;
 * two or more threads of a process whose kernels hand the lock over at
   every numpy call (a measured lock share over 1: ``contention``,
@@ -82,7 +83,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 
-__all__ = ["share_schedule", "share_rates"]
+__all__ = ["share_schedule", "share_rates", "handover_weight", "HANDOVER_GAIN"]
 
 _EPS = 1e-15
 #: seconds of control work within which a task counts as issued (float error
@@ -153,8 +154,9 @@ def share_rates(threads: Sequence[tuple], cores: float,
                 left = max(0.0, left - threads[j][1] * x[j])
             shared = [j for j in js if x[j] > 0 and not (len(threads[j]) > 3 and threads[j][3])]
             if len(shared) > 1:  # they interleave: every hand-over costs
+                w = handover_weight([threads[j][1] * x[j] for j in shared])
                 for j in shared:
-                    x[j] *= cap
+                    x[j] /= 1.0 + switch * w
             continue
         # water-filling: the lock share lam with sum(min(a_j, lam)) == cap
         order = sorted(range(len(js)), key=lambda k: need[k])
@@ -182,6 +184,38 @@ def share_rates(threads: Sequence[tuple], cores: float,
             x = [v * f if th[1] > 0 or len(th) < 3 or th[2] > 0 else v
                  for v, th in zip(x, threads)]
     return x
+
+
+#: how fast the hand-over cost of a first-come lock grows with the share of
+#: it the junior threads take (:func:`handover_weight`); fitted offline on
+#: four one-process calibrations' rows and benches of 28-29 Nov (R37, R39,
+#: R45, R47): with 10 the benches' mean errors were 5.6, 8.7, 8.3, 6.7%
+#: against 6.2, 10.1, 8.9, 8.0% with the cost all or nothing, with 5 and
+#: 20 worse on two of them
+HANDOVER_GAIN = 10.0
+
+
+def handover_weight(use: Sequence[float]) -> float:
+    """The part of the full hand-over cost ``switch`` that threads
+    interleaving on a first-come lock pay (:func:`share_rates`), given the
+    lock each uses, the senior first: the lock changes hands about as often
+    as the juniors take it, and as often as the senior takes it back, so the
+    cost grows with the smaller of the juniors' share ``u`` and the
+    senior's, ``HANDOVER_GAIN * min(u, 1 - u)``, up to all of it. A junior
+    that gets 1% of the lock (a kernel whose Python is 99% of it, beside
+    another such) barely slows the senior; with the cost all or nothing it
+    halved the senior's pace for as long as they ran together, and the
+    prediction jumped when a measured share crossed 1 (rnntc owt, one
+    process, 29 Nov: predicted 19.4 ms, measured 14.0).
+
+    >>> round(handover_weight([0.99, 0.01]), 6), handover_weight([0.5, 0.5]), handover_weight([1.0])
+    (0.1, 1.0, 0.0)
+    """
+    tot = sum(use)
+    if len(use) < 2 or tot <= 0:
+        return 0.0
+    u = (tot - use[0]) / tot
+    return min(1.0, HANDOVER_GAIN * min(u, 1.0 - u))
 
 
 def _contended(threads: Sequence[tuple], js: list[int]) -> list[tuple[int, float]]:

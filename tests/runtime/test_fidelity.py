@@ -716,6 +716,31 @@ def test_the_interpreter_lock_is_shared_by_a_process_s_threads_by_hand():
     assert r["lock_wait_s"] == 0.0 and r["schedule_s"] == pytest.approx(1.1)
 
 
+def test_the_first_come_hand_over_cost_grows_with_the_juniors_share_by_hand():
+    """optimizer/sharing.py ``handover_weight``: threads interleaving on a
+    first-come lock pay the hand-over cost as often as the lock changes
+    hands, so a junior that gets a sliver of the lock barely slows the
+    senior, and the rates move continuously as a kernel's Python share
+    crosses 1 (the cost all or nothing halved the senior's pace beside a
+    junior at 1% of the lock, and jumped to none at 0%)."""
+    from legionpy.optimizer.sharing import HANDOVER_GAIN, share_rates
+
+    def rates(senior, junior, switch=1.0):
+        return share_rates([(0, senior), (0, junior)], cores=0, switch=switch, fair=False)
+
+    # the senior leaves 1% of the lock: the junior takes it, the senior pays a tenth
+    # of the cost (HANDOVER_GAIN 10 x 1%)
+    assert HANDOVER_GAIN == pytest.approx(10.0)
+    assert rates(0.99, 1.0) == pytest.approx([1 / 1.1, 0.01 / 1.1])
+    # continuous where the senior's share reaches 1: no jump to "no cost"
+    near, full = rates(0.9999, 1.0), rates(1.0, 1.0)
+    assert near == pytest.approx(full, abs=2e-3) and full == pytest.approx([1.0, 0.0])
+    # an even split pays all of it, as before
+    assert rates(0.5, 1.0) == pytest.approx([1 / 2, 0.5 / 2])
+    # no cost without one
+    assert rates(0.99, 1.0, switch=0.0) == pytest.approx([1.0, 0.01])
+
+
 def test_a_kernel_s_measured_lock_share_serialises_it_by_hand():
     """optimizer/lockshare.py: a task's kernel holds its process's lock for
     max(the cap gil_kernel_s, its measured share); the cap stays the floor."""
