@@ -212,9 +212,9 @@ def _compare(args) -> dict:
         f"  {'device':<10} {'sim busy ms':>12} {'real busy ms':>13}",
     ]
     if r.host_slowdown is not None:
-        if not args.no_overhead:  # a calibration taken in a busy spell: taken again next run
-            note_faster_run(r.machine, r.host_slowdown)
-        lines.insert(4, "  " + host_speed_text(r.host_slowdown)
+        # a calibration taken in a busy spell: taken again next run
+        again = not args.no_overhead and note_faster_run(r.machine, r.host_slowdown)
+        lines.insert(4, "  " + host_speed_text(r.host_slowdown, retake=again)
                      + (f" (took the measurement {r.host_retakes} more time(s) while the "
                         "host was busy)" if r.host_retakes else ""))
     for d in sorted(set(r.per_device_busy_s) | set(r.measured_per_device_busy_s)):

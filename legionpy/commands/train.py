@@ -67,9 +67,9 @@ def _train(args) -> dict:
                 f"  (predictions: the local machine model, as `legionpy simulate --compare`)")
         slow = slowdown(r.get("host_probe_s"), r.get("host_quiet_probe_s"))
         if slow is not None:
-            text += f"\n  {host_speed_text(slow)}"
             # a calibration taken in a busy spell of the host: the next run takes it again
-            note_faster_run(Machine.local().name, slow)
+            again = note_faster_run(Machine.local().name, slow)
+            text += f"\n  {host_speed_text(slow, retake=again)}"
     if r["checkpoint"]:
         text += f"\n  checkpoint: {r['checkpoint']} (run the same command again to continue)"
     out = {"text": text, **r}

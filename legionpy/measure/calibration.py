@@ -746,12 +746,19 @@ def note_faster_run(machine_name: str, slow: float | None) -> bool:
     quiet probe), when that is over
     :data:`~legionpy.probe.hostspeed.QUIET_SLOWDOWN`: the calibration ran in
     a busy spell of the host's other tenants, and the next run calibrates
-    again (:func:`runtime_overhead`). Rank 0 writes; returns whether it was
-    recorded."""
+    again (:func:`runtime_overhead`), unless this calibration is itself such
+    a retake. Returns whether the next run calibrates again (rank 0's
+    answer; rank 0 writes)."""
     if slow is None or slow <= 0 or 1.0 / slow <= QUIET_SLOWDOWN:
         return False
-    if get_runtime().rank != 0:
-        return True
+    return bool(bcast_root(_mark_faster(machine_name, 1.0 / slow)
+                           if get_runtime().rank == 0 else None))
+
+
+def _mark_faster(machine_name: str, faster: float) -> bool:
+    """Mark the cached calibration of ``machine_name`` as ``faster`` times
+    slower than a run (:func:`note_faster_run`); False where there is none,
+    or it is already a retake for that reason (kept)."""
     path = _overhead_path(machine_name + ("-bound" if binding() is not None else ""))
     try:
         with open(path) as f:
@@ -759,9 +766,9 @@ def note_faster_run(machine_name: str, slow: float | None) -> bool:
     except (OSError, ValueError):
         return False
     calib = have.get("calibration")
-    if not isinstance(calib, dict):
+    if not isinstance(calib, dict) or calib.get("speed_retake"):
         return False
-    calib["slower_than_run"] = max(1.0 / slow, calib.get("slower_than_run") or 0.0)
+    calib["slower_than_run"] = max(faster, calib.get("slower_than_run") or 0.0)
     atomic_write_json(path, have)
     return True
 

@@ -116,9 +116,12 @@ def retake(measure: Callable[[int], dict[str, Any]], reference: float | None, co
     return [runs[k] for k in sorted(keep)], len(runs) - count
 
 
-def host_speed_text(slow: float) -> str:
+def host_speed_text(slow: float, retake: bool = True) -> str:
     """One line on how fast the host ran Python during a measurement,
-    against its calibration (``slow``: :func:`slowdown`).
+    against its calibration (``slow``: :func:`slowdown`; ``retake``: where
+    the host ran over :data:`QUIET_SLOWDOWN` times faster, whether the
+    next run calibrates again,
+    :func:`legionpy.measure.calibration.note_faster_run`).
 
     >>> host_speed_text(1.02)
     'the host ran Python at x1.02 its calibrated speed (quiet)'
@@ -128,8 +131,9 @@ def host_speed_text(slow: float) -> str:
     text = f"the host ran Python at x{slow:.2f} its calibrated speed"
     if slow * QUIET_SLOWDOWN < 1.0:
         return (text + ": faster than while the calibration ran (the host's other tenants "
-                "were busy then), so the prediction is for a slower host; the next run "
-                "calibrates again")
+                "were busy then), so the prediction is for a slower host; " +
+                ("the next run calibrates again" if retake else
+                 "it was taken again once already and is kept"))
     if slow <= QUIET_SLOWDOWN:
         return text + " (quiet)"
     return (text + ": busy (the host's other tenants: no load figure of this machine "

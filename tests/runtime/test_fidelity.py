@@ -1452,7 +1452,7 @@ def test_a_calibration_taken_in_a_busy_spell_of_the_host_is_redone_once(
         return RuntimeOverhead(task_s=2e-5, cores=2, control_threads=1, machine=machine.name,
                                calibration={"rows": []})
     monkeypatch.setattr(calibration, "calibrated_overhead", fresh)
-    assert calibration.note_faster_run("local:2", slow) is (slow < 0.8)
+    assert calibration.note_faster_run("local:2", slow) is (slow < 0.8 and not retaken)
     ovh = calibration.runtime_overhead(Machine.local())
     assert (calls == ["local:2"]) is again
     assert ovh.task_s == pytest.approx(2e-5 if again else 1e-5)
@@ -1460,10 +1460,12 @@ def test_a_calibration_taken_in_a_busy_spell_of_the_host_is_redone_once(
         is again
     if again:
         assert json.load(open(path))["calibration"]["speed_retake"] is True
-        # a busy retake is kept: one retake, not one per run
-        assert calibration.note_faster_run("local:2", 0.5)
+        # a busy retake is kept: one retake, not one per run, and the run says so
+        assert not calibration.note_faster_run("local:2", 0.5)
         assert calibration.runtime_overhead(Machine.local()).task_s == pytest.approx(2e-5)
         assert calls == ["local:2"]
+    else:
+        assert calibration.note_faster_run("local:2", slow) is (slow < 0.8 and not retaken)
 
 
 def test_train_marks_a_calibration_slower_than_its_run(cache, rt2, monkeypatch, capsys):
@@ -1475,6 +1477,7 @@ def test_train_marks_a_calibration_slower_than_its_run(cache, rt2, monkeypatch, 
 
     path = _cached_calibration(cache, [0.0, 0.1, 0.0])
     assert "the next run calibrates again" in host_speed_text(0.7)
+    assert "taken again once already and is kept" in host_speed_text(0.7, retake=False)
     assert "the next run calibrates again" not in host_speed_text(0.9)
     assert calibration.note_faster_run("local:2", 0.7)
     assert json.load(open(path))["calibration"]["slower_than_run"] == pytest.approx(1 / 0.7)
