@@ -106,6 +106,7 @@ from ..optimizer.fidelity import (
     RuntimeOverhead,
     annotate_lock_shares,
     device_reduce_byte_s,
+    gradient_buffers,
     gradient_reductions,
 )
 from ..optimizer.simulator import Simulator
@@ -451,14 +452,17 @@ def _phase_figures(tg: dict, graph: Any) -> dict[str, dict[str, float]]:
     """Per phase (``F``, ``B``, ``U``) of a simulated task graph: its tasks,
     their kernels' seconds and the gradient bytes they reduce."""
     out: dict[str, dict[str, float]] = {"phase_tasks": {}, "phase_kernel_s": {},
-                                        "phase_reduce_bytes": {}, "phase_reduce_grads": {}}
+                                        "phase_reduce_bytes": {}, "phase_reduce_grads": {},
+                                        "phase_reduce_bufs": {}}
     red, grads = gradient_reductions(tg["tasks"], graph)
-    for t, b, n in zip(tg["tasks"], red, grads):
+    bufs = gradient_buffers(tg["tasks"], graph)
+    for t, b, n, f in zip(tg["tasks"], red, grads, bufs):
         p = t["name"][:1]
         if t["kind"] == "copy" or t["name"][1:2] != ":" or p not in "FBU":
             continue
         for key, v in (("phase_tasks", 1.0), ("phase_kernel_s", t["duration_s"]),
-                       ("phase_reduce_bytes", b), ("phase_reduce_grads", n)):
+                       ("phase_reduce_bytes", b), ("phase_reduce_grads", n),
+                       ("phase_reduce_bufs", f)):
             out[key][p] = out[key].get(p, 0.0) + v
     return out
 
@@ -508,9 +512,35 @@ def phase_overheads(rows: list[dict], reduce_byte_s: float) -> dict[str, float] 
     grads = count("B", "phase_reduce_grads")
     back = extra("B") - task * count("B")
     update = extra("U") - task * count("U")
+    per_grad, per_buf = (max(0.0, back / grads) if grads else 0.0), 0.0
+    split = _buffer_split(use, task, reduce_byte_s)
+    if split is not None:
+        per_buf, per_grad = split
     return {"task_s": task, "req_task_s": 0.0, "back_task_s": 0.0,
-            "reduce_req_s": max(0.0, back / grads) if grads else 0.0,
+            "reduce_req_s": per_grad, "reduce_buf_s": per_buf,
             "update_task_s": max(0.0, update / count("U")) if count("U") else 0.0}
+
+
+def _buffer_split(use: list[dict], task: float,
+                  reduce_byte_s: float) -> tuple[float, float] | None:
+    """(``reduce_buf_s``, ``reduce_req_s``): a backward phase's seconds beyond
+    its kernels, its reductions' bytes and ``task_s`` a task, fitted row by
+    row (non-negative least squares) on the reduction buffers the rows fill
+    and fold and the contributions their tasks make
+    (:func:`~legionpy.optimizer.fidelity.gradient_buffers`); None where the
+    rows cannot tell them apart (a row of an older calibration without the
+    buffer counts, or every row with one contribution per buffer)."""
+    if any("B" not in r.get("phase_reduce_bufs", {}) for r in use):
+        return None
+    a = np.array([[r["phase_reduce_bufs"]["B"], r["phase_reduce_grads"].get("B", 0.0)]
+                  for r in use])
+    if len(use) < 3 or np.linalg.matrix_rank(a) < 2:
+        return None
+    y = np.array([r["phase_wall_s"].get("B", 0.0) - r["phase_kernel_s"].get("B", 0.0)
+                  - reduce_byte_s * r["phase_reduce_bytes"].get("B", 0.0)
+                  - task * r["phase_tasks"].get("B", 0.0) for r in use])
+    buf, grad = nnls(a, y)
+    return float(buf), float(grad)
 
 
 #: the per-copy costs tried by :func:`fit_copy_cost`, seconds
@@ -700,7 +730,8 @@ def fit_lock_terms_on_ranks(ovh: RuntimeOverhead, rows: list[dict], graphs: list
 
 #: the workers' per-task terms (RuntimeOverhead.worker_s and the gradients'
 #: reduce_req_s), which fit_lock_terms scales by one factor
-WORKER_TERMS = ("task_s", "req_task_s", "back_task_s", "update_task_s", "reduce_req_s")
+WORKER_TERMS = ("task_s", "req_task_s", "back_task_s", "update_task_s", "reduce_req_s",
+                "reduce_buf_s")
 
 
 def _workers(ovh: RuntimeOverhead, factor: float) -> dict[str, float]:

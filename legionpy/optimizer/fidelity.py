@@ -192,6 +192,12 @@ class RuntimeOverhead:
     #: worker seconds per gradient a backward task reduces (the runtime's
     #: reduction buffer and view, the fold's Python; measured on one device)
     reduce_req_s: float = 0.0
+    #: worker seconds per reduction buffer a step allocates, fills and folds,
+    #: beyond ``reduce_req_s`` per contribution (:func:`gradient_buffers`:
+    #: an RNN's shared weights have one buffer per device that every time
+    #: step's cell reduces into); 0 where the calibration could not tell the
+    #: two apart
+    reduce_buf_s: float = 0.0
     #: worker seconds after each task's body (finishing it, releasing its
     #: successors, taking the next task from its queue: Python), and more per
     #: copy among its successors (handing the copy to its link's thread):
@@ -297,7 +303,7 @@ class RuntimeOverhead:
                     or self.hop_s
                     or self.req_launch_s or self.req_task_s or self.step_s or self.cores
                     or self.back_task_s or self.reduce_byte_s or self.update_task_s
-                    or self.reduce_req_s or self.local_coll_s
+                    or self.reduce_req_s or self.reduce_buf_s or self.local_coll_s
                     or self.kernel_scale != 1.0)
 
     def under_load(self, background_cores: float | None) -> RuntimeOverhead:
@@ -470,6 +476,34 @@ def gradient_reductions(tasks: list[dict], graph: Any) -> tuple[list[float], lis
             [whole[n][1] if n is not None else 0 for n in names])
 
 
+def gradient_buffers(tasks: list[dict], graph: Any) -> list[int]:
+    """How many of the gradients each task reduces (:func:`gradient_reductions`)
+    it is the first of its step to reduce on its device: the reduction
+    buffers it allocates (runtime/instances.py: one per memory, root and
+    field, shared by every reducer on that memory, the first allocates and
+    fills it, a reader folds it once), in task order. A weight shared by an
+    RNN's time steps has one buffer per device; an input's gradient one per
+    producer. 0 for every other task and without a graph."""
+    if graph is None:
+        return [0] * len(tasks)
+    ops = {op.name: op for op in graph.ops}
+    seen: set[tuple] = set()
+    out = []
+    for t in tasks:
+        m = _NAME.match(t["name"]) if t["kind"] != "copy" else None
+        op = ops.get(_op_name(m.group("what"), ops)) \
+            if m is not None and m.group("phase") == "B" else None
+        if op is None:
+            out.append(0)
+            continue
+        keys = [("in", ref.op.name) for ref in op.inputs if ref.op.has_backward]
+        keys += [("param", p.name) for p in op.params.values()]
+        fresh = [(t["device"], k) for k in keys if (t["device"], k) not in seen]
+        seen.update(fresh)
+        out.append(len(fresh))
+    return out
+
+
 #: memory passes over a reduced gradient's bytes: the buffer's identity fill
 #: (1), the task's ``+=`` (read two, write one) and the reader's fold (3)
 REDUCE_PASSES = 7
@@ -581,6 +615,7 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
             enumerate(tasks)]
     op_kern = list(kern)
     rbytes, rgrads = gradient_reductions(tasks, graph)
+    rbufs = gradient_buffers(tasks, graph) if overhead.reduce_buf_s else [0] * n
     per_byte = reduce_byte_s or {}
     if overhead.reduce_byte_s or per_byte:
         kern = [k + b * per_byte.get(t["device"], overhead.reduce_byte_s)
@@ -601,7 +636,7 @@ def simulate_with_runtime(taskgraph: dict, overhead: RuntimeOverhead, graph: Any
     dur = [t["duration_s"] + overhead.copy_s if t["kind"] == "copy"
            else kern[i] + overhead.worker_s(reqs[i], t["name"].startswith("B:"),
                                             t["name"].startswith("U:") and not folded[i])
-           + rgrads[i] * overhead.reduce_req_s + finish[i]
+           + rgrads[i] * overhead.reduce_req_s + rbufs[i] * overhead.reduce_buf_s + finish[i]
            for i, t in enumerate(tasks)]
     proc = _processes(tasks, overhead.control_threads)
     between = overhead.coll_s or overhead.coll_byte_s

@@ -955,6 +955,75 @@ def test_dotted_op_names_get_their_requirements():
     assert b > f
 
 
+def test_an_rnn_s_shared_weights_have_one_reduction_buffer_per_device():
+    """``gradient_buffers``: the runtime keeps one reduction buffer per
+    memory, root and field, filled by its first reducer and folded once
+    (runtime/instances.py), so an LSTM's weights, shared by its time steps,
+    take one buffer per device however many cells reduce into them, while
+    each cell's input gradient has its own; ``reduce_buf_s`` is charged per
+    buffer, ``reduce_req_s`` per contribution."""
+    from legionpy import models
+    from legionpy.optimizer.fidelity import gradient_buffers, gradient_reductions
+
+    g = models.graph("rnntc", scale="small").graph
+    cells = [op for op in g.ops if op.name.startswith("lstm0.t")][:3]
+    params = len(cells[0].params)
+    assert params and all(set(p.name for p in op.params.values())
+                          == set(p.name for p in cells[0].params.values()) for op in cells)
+    tasks = [{"name": f"B:{op.name}[0]", "kind": "compute", "device": "cpu0"} for op in cells]
+    tasks += [{"name": f"B:{cells[0].name}[1]", "kind": "compute", "device": "cpu1"},
+              {"name": f"F:{cells[1].name}[0]", "kind": "compute", "device": "cpu0"}]
+    grads = gradient_reductions(tasks, g)[1]
+    bufs = gradient_buffers(tasks, g)
+    ins = [sum(1 for r in op.inputs if r.op.has_backward) for op in cells]
+    # the first cell on a device fills its weights' buffers; later cells only
+    # their inputs' (each its own producer's), another device its own again
+    assert bufs[0] == grads[0] == ins[0] + params
+    assert bufs[1:3] == [ins[1], ins[2]] and grads[1:3] == [ins[1] + params, ins[2] + params]
+    assert bufs[3] == grads[3] and bufs[4] == 0 == grads[4]
+    assert gradient_buffers(tasks, None) == [0] * len(tasks)
+    # charged in the schedule: reduce_buf_s per buffer, on top of reduce_req_s
+    tg = {"tasks": [dict(t, id=i, duration_s=1e-4) for i, t in enumerate(tasks[:3])],
+          "deps": []}
+    ovh = RuntimeOverhead(task_s=1e-5, reduce_req_s=1e-5)
+    base = simulate_with_runtime(tg, ovh, g)["per_device_busy_s"]["cpu0"]
+    more = simulate_with_runtime(tg, replace(ovh, reduce_buf_s=1e-6), g)["per_device_busy_s"]
+    assert more["cpu0"] - base == pytest.approx(1e-6 * sum(bufs[:3]))
+
+
+def test_the_buffer_and_contribution_costs_are_told_apart_row_by_row():
+    """``phase_overheads`` splits a backward task's reductions into a cost
+    per buffer (``reduce_buf_s``) and per contribution (``reduce_req_s``)
+    by non-negative least squares over the one-device rows, where rows with
+    shared weights (more contributions than buffers) make them identifiable;
+    rows without buffer counts (an older calibration's), or whose every
+    buffer has one contribution, keep the one term."""
+    from legionpy.measure.calibration import phase_overheads
+
+    def row(tasks, grads, bufs, buf_s=4e-6, req_s=15e-6, task_s=10e-6):
+        kern = 1e-4
+        wall = kern + tasks * task_s + grads * req_s + (bufs or grads) * buf_s
+        r = {"strategy": "single",
+             "phase_wall_s": {"F": kern + tasks * task_s, "B": wall, "U": 1e-4},
+             "phase_kernel_s": {"F": kern, "B": kern, "U": 5e-5},
+             "phase_tasks": {"F": tasks, "B": tasks, "U": 1.0},
+             "phase_reduce_bytes": {"B": 0.0}, "phase_reduce_grads": {"B": grads}}
+        if bufs is not None:
+            r["phase_reduce_bufs"] = {"B": bufs}
+        return r
+    rows = [row(4, 9, 9), row(8, 21, 21), row(9, 21, 13), row(20, 68, 28)]
+    got = phase_overheads(rows, 0.0)
+    assert got["task_s"] == pytest.approx(10e-6)
+    assert got["reduce_buf_s"] == pytest.approx(4e-6)
+    assert got["reduce_req_s"] == pytest.approx(15e-6)
+    # without buffer counts: one term per contribution, as before
+    old = phase_overheads([row(4, 9, None), row(9, 21, None)], 0.0)
+    assert old["reduce_buf_s"] == 0.0 and old["reduce_req_s"] > 15e-6
+    # every buffer with one contribution: the two cannot be told apart
+    flat = phase_overheads([row(4, 9, 9), row(8, 21, 21), row(6, 12, 12)], 0.0)
+    assert flat["reduce_buf_s"] == 0.0 and flat["reduce_req_s"] == pytest.approx(19e-6)
+
+
 def test_a_backward_task_reduces_its_inputs_and_weights_gradients():
     """``reduction_bytes``: a ``B`` task reduces the gradient of every input
     whose producer has a backward and of every weight, its op's whole shared
