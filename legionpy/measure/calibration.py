@@ -27,7 +27,10 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   update tasks, less their kernels (timed as a worker runs them) and the
   bytes of the gradients the backward tasks reduce (``reduce_byte_s``):
   ``task_s`` per task, ``reduce_req_s`` per gradient a backward task
-  reduces, ``update_task_s`` per update task. Measured, not regressed: the
+  reduces and ``reduce_buf_s`` per reduction buffer a step fills and folds
+  (an RNN's shared weights: one per device, however many cells reduce into
+  it; told apart row by row where the LSTM rows have more contributions
+  than buffers), ``update_task_s`` per update task. Measured, not regressed: the
   rows' totals cannot tell a forward task from a backward one (every model
   has as many of each), and the regression (the devices' busy time less the
   kernels on ``tasks``, ``reqs`` and backward tasks) put 30-37 us on every
@@ -478,7 +481,10 @@ def phase_overheads(rows: list[dict], reduce_byte_s: float) -> dict[str, float] 
     rows run on one device (no second worker contends, so a task's wall time
     is its kernel, its gradient reductions and the runtime's work): ``task_s``
     (a forward task's), ``reduce_req_s`` (what a backward task costs beyond
-    it, per gradient it reduces: an embedding's one, an LSTM cell's six) and
+    it, per gradient it reduces: an embedding's one, an LSTM cell's one per
+    input and weight),
+    ``reduce_buf_s`` (per reduction buffer beyond that, :func:`_buffer_split`;
+    0 where the rows cannot tell the two apart) and
     ``update_task_s`` (an update task's beyond it). Each is the rows' summed
     wall time of that phase's tasks less their kernels and reductions' bytes,
     per task (per gradient). None without such rows. (The row totals cannot
