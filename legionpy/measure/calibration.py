@@ -507,19 +507,22 @@ def phase_overheads(rows: list[dict], reduce_byte_s: float) -> dict[str, float] 
     use = [r for r in use if r["phase_kernel_s"].get("B", 0.0)
            < PRECISE_KERNEL_SHARE * r["phase_wall_s"].get("B", 0.0)] or use
 
+    def row_extra(r: dict, p: str) -> float:
+        return (r["phase_wall_s"].get(p, 0.0) - r["phase_kernel_s"].get(p, 0.0)
+                - reduce_byte_s * r["phase_reduce_bytes"].get(p, 0.0))
+
     def extra(p: str) -> float:
-        return sum(r["phase_wall_s"].get(p, 0.0) - r["phase_kernel_s"].get(p, 0.0)
-                   - reduce_byte_s * r["phase_reduce_bytes"].get(p, 0.0) for r in use)
+        return sum(row_extra(r, p) for r in use)
 
     def count(p: str, what: str = "phase_tasks") -> float:
         return sum(r[what].get(p, 0.0) for r in use)
 
     task = max(0.0, extra("F") / count("F")) if count("F") else 0.0
     grads = count("B", "phase_reduce_grads")
-    back = extra("B") - task * count("B")
+    backs = [row_extra(r, "B") - task * r["phase_tasks"].get("B", 0.0) for r in use]
     update = extra("U") - task * count("U")
-    per_grad, per_buf = (max(0.0, back / grads) if grads else 0.0), 0.0
-    split = _buffer_split(use, task, reduce_byte_s)
+    per_grad, per_buf = (max(0.0, sum(backs) / grads) if grads else 0.0), 0.0
+    split = _buffer_split(use, backs)
     if split is not None:
         per_buf, per_grad = split
     return {"task_s": task, "req_task_s": 0.0, "back_task_s": 0.0,
@@ -527,10 +530,10 @@ def phase_overheads(rows: list[dict], reduce_byte_s: float) -> dict[str, float] 
             "update_task_s": max(0.0, update / count("U")) if count("U") else 0.0}
 
 
-def _buffer_split(use: list[dict], task: float,
-                  reduce_byte_s: float) -> tuple[float, float] | None:
-    """(``reduce_buf_s``, ``reduce_req_s``): a backward phase's seconds beyond
-    its kernels, its reductions' bytes and ``task_s`` a task, fitted row by
+def _buffer_split(use: list[dict], backs: list[float]) -> tuple[float, float] | None:
+    """(``reduce_buf_s``, ``reduce_req_s``): each row's backward phase's
+    seconds beyond its kernels, its reductions' bytes and ``task_s`` a task
+    (``backs``, :func:`phase_overheads`), fitted row by
     row (non-negative least squares) on the reduction buffers the rows fill
     and fold and the contributions their tasks make
     (:func:`~legionpy.optimizer.fidelity.gradient_buffers`); None where the
@@ -542,10 +545,7 @@ def _buffer_split(use: list[dict], task: float,
                   for r in use])
     if len(use) < 3 or np.linalg.matrix_rank(a) < 2:
         return None
-    y = np.array([r["phase_wall_s"].get("B", 0.0) - r["phase_kernel_s"].get("B", 0.0)
-                  - reduce_byte_s * r["phase_reduce_bytes"].get("B", 0.0)
-                  - task * r["phase_tasks"].get("B", 0.0) for r in use])
-    buf, grad = nnls(a, y)
+    buf, grad = nnls(a, np.array(backs))
     return float(buf), float(grad)
 
 
@@ -810,10 +810,11 @@ def _mark_faster(machine_name: str, faster: float) -> bool:
     return True
 
 
-def _stale_reason(have: dict) -> str | None:
+def _stale_reason(have: dict) -> tuple[str, bool] | None:
     """Why the cached calibration ``have`` (its JSON) must be taken again,
-    or None to keep it (module doc): it ran under other programs' load and
-    the machine is quiet now, or a run found the host running Python over
+    and whether for the host's speed, or None to keep it (module doc): it
+    ran under other programs' load and the machine is quiet now, or a run
+    found the host running Python over
     :data:`~legionpy.probe.hostspeed.QUIET_SLOWDOWN` times faster than for
     its rows (:func:`note_faster_run`) -- a busy spell of the host's other
     tenants, which no load figure of this machine shows (29 Nov: a
@@ -826,11 +827,11 @@ def _stale_reason(have: dict) -> str | None:
     load = calibration_load(calib.get("rows") or [])
     if load is not None and load > LOADED_CORES and _quiet_now():
         return (f"the cached calibration ran while other programs kept {load:.1f} cores "
-                "busy, and the machine is quiet now")
+                "busy, and the machine is quiet now"), False
     faster = calib.get("slower_than_run")
     if faster and not calib.get("speed_retake"):
         return (f"a run found the host running Python x{faster:.2f} faster than while the "
-                "cached calibration ran (other tenants of the host were busy then)")
+                "cached calibration ran (other tenants of the host were busy then)"), True
     return None
 
 
@@ -997,10 +998,10 @@ def runtime_overhead(machine: Any, refresh: bool = False, source: str = "layer",
     have = bcast_root(have)  # every rank takes rank 0's decision
     retake_for_speed = False
     if have is not None and source == "layer":
-        why = _stale_reason(have)
-        if why is not None:
+        stale = _stale_reason(have)
+        if stale is not None:
+            why, retake_for_speed = stale
             _say(f"calibrating again (about 45 s): {why}")
-            retake_for_speed = why.startswith("a run found")
             have = None
             drop_contended_costs()
     if have is not None:

@@ -438,6 +438,23 @@ def reduction_bytes(tasks: list[dict], graph: Any) -> list[float]:
     return gradient_reductions(tasks, graph)[0]
 
 
+def _backward_op_names(tasks: list[dict], ops: dict) -> list[str | None]:
+    """The op each ``B`` task of ``tasks`` runs the backward of (None for
+    every other task)."""
+    names: list[str | None] = []
+    for t in tasks:
+        m = _NAME.match(t["name"]) if t["kind"] != "copy" else None
+        names.append(_op_name(m.group("what"), ops)
+                     if m is not None and m.group("phase") == "B" else None)
+    return names
+
+
+def _reduced_inputs(op: Any) -> list:
+    """The inputs of ``op`` whose gradients its backward reduces: those whose
+    producer has a backward (with its weights, every gradient it reduces)."""
+    return [ref for ref in op.inputs if ref.op.has_backward]
+
+
 def gradient_reductions(tasks: list[dict], graph: Any) -> tuple[list[float], list[int]]:
     """``(bytes, gradients)`` each task reduces (legionpy/nn/execution.py
     ``B(op)``: the gradient of every input whose producer has a backward,
@@ -451,11 +468,7 @@ def gradient_reductions(tasks: list[dict], graph: Any) -> tuple[list[float], lis
 
     sparse = sparse_params(graph)
     ops = {op.name: op for op in graph.ops}
-    names = []
-    for t in tasks:
-        m = _NAME.match(t["name"]) if t["kind"] != "copy" else None
-        names.append(_op_name(m.group("what"), ops)
-                     if m is not None and m.group("phase") == "B" else None)
+    names = _backward_op_names(tasks, ops)
     points: dict[str, int] = {}
     for n in names:
         if n is not None:
@@ -466,7 +479,7 @@ def gradient_reductions(tasks: list[dict], graph: Any) -> tuple[list[float], lis
         if op is None:
             whole[n] = (0.0, 0)
             continue
-        ins = [ref for ref in op.inputs if ref.op.has_backward]
+        ins = _reduced_inputs(op)
         b = sum(float(np.prod(ref.op.output_shape)) * np.dtype(ref.op.dtype).itemsize
                 for ref in ins)
         b += sum(float(np.prod(op.output_shape)) * np.dtype(op.dtype).itemsize
@@ -489,14 +502,12 @@ def gradient_buffers(tasks: list[dict], graph: Any) -> list[int]:
     ops = {op.name: op for op in graph.ops}
     seen: set[tuple] = set()
     out = []
-    for t in tasks:
-        m = _NAME.match(t["name"]) if t["kind"] != "copy" else None
-        op = ops.get(_op_name(m.group("what"), ops)) \
-            if m is not None and m.group("phase") == "B" else None
+    for t, name in zip(tasks, _backward_op_names(tasks, ops)):
+        op = ops.get(name) if name is not None else None
         if op is None:
             out.append(0)
             continue
-        keys = [("in", ref.op.name) for ref in op.inputs if ref.op.has_backward]
+        keys = [("in", ref.op.name) for ref in _reduced_inputs(op)]
         keys += [("param", p.name) for p in op.params.values()]
         fresh = [(t["device"], k) for k in keys if (t["device"], k) not in seen]
         seen.update(fresh)
