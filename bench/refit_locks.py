@@ -43,9 +43,8 @@ import legionpy as lp  # noqa: E402
 from legionpy.measure import runtime_overhead  # noqa: E402
 from legionpy.measure.calibration import (  # noqa: E402
     calibration_models,
-    fit_lock_terms,
     fit_lock_terms_on_ranks,
-    gil_grid,
+    lock_fit_candidates,
 )
 from legionpy.optimizer import Machine  # noqa: E402
 from legionpy.optimizer.fidelity import RuntimeOverhead  # noqa: E402
@@ -98,13 +97,11 @@ def _landscape(base: RuntimeOverhead, rows: list, graphs: list,
                fit_copy: bool) -> dict[str, dict]:
     """``{"gil_kernel_s=V": the best fit with that value}`` over the lock
     fit's grid (its values shared among the ranks). Collective."""
-    gils = gil_grid(base)
-    parts = share_among_ranks(lambda rank, size: [
-        (i, fit_lock_terms(base, rows, graphs, fit_copy=fit_copy, part=(i, len(gils))))
-        for i in range(rank, len(gils), size)])
-    fits = sorted(f for part in parts for f in part)
-    return {f"gil_kernel_s={gils[i]:.3g}": {k: v for k, v in f.items() if k != "order"}
-            for i, f in fits if f is not None}
+    parts = share_among_ranks(lambda rank, size: lock_fit_candidates(
+        base, rows, graphs, fit_copy=fit_copy, part=(rank, size)))
+    fits = sorted((f for part in parts for f in part), key=lambda f: f["order"])
+    return {f"gil_kernel_s={f['gil_kernel_s']:.3g}": {k: v for k, v in f.items() if k != "order"}
+            for f in fits}
 
 
 def main() -> None:

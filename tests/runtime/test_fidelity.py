@@ -1420,8 +1420,12 @@ def test_lock_fit_recovers_a_known_one_core_slowdown():
 
 def test_the_lock_fit_shared_among_ranks_is_the_fit_one_process_takes(monkeypatch):
     """fit_lock_terms_on_ranks: each rank descends from every n-th
-    gil_kernel_s; the best of the parts (lowest loss, then first in the grid)
-    is the whole fit's, for any number of ranks, and so is what it returns."""
+    gil_kernel_s; the parts together are the whole grid's candidates, the
+    choice among them is the whole fit's, for any number of ranks, and so is
+    what it returns. Rows made with 100 us, the probe at 10 us: the fit
+    explains them exactly, and of the values that do (these kernels are
+    shorter than 30 us, so 30 us and more hold each whole) takes the one
+    nearest the probe, not 10 us, which does not."""
     from legionpy.measure import calibration
     from legionpy.optimizer.costmodel import AnalyticCostModel
 
@@ -1440,15 +1444,40 @@ def test_the_lock_fit_shared_among_ranks_is_the_fit_one_process_takes(monkeypatc
                      "busy_s": sum(truth["per_device_busy_s"].values())})
         graphs.append((tg, g))
     whole = calibration.fit_lock_terms(ovh, rows, graphs, fit_copy=False)
+    every = calibration.lock_fit_candidates(ovh, rows, graphs, fit_copy=False)
+    assert [f["order"] for f in every] == list(range(len(calibration.gil_grid(ovh))))
+    exact = [f["gil_kernel_s"] for f in every if f["loss"] < 1e-9]
+    assert 1e-4 in exact and 1e-5 not in exact
+    assert whole["gil_kernel_s"] == min(exact) and whole["loss"] < 1e-9
     for n in (3, 20):
-        parts = [calibration.fit_lock_terms(ovh, rows, graphs, fit_copy=False, part=(i, n))
+        parts = [calibration.lock_fit_candidates(ovh, rows, graphs, fit_copy=False, part=(i, n))
                  for i in range(n)]
-        grid = len(calibration.gil_grid(ovh))
-        assert all((p is None) == (i >= grid) for i, p in enumerate(parts))
-        best = min((p for p in parts if p is not None), key=lambda p: (p["loss"], p["order"]))
-        assert {k: v for k, v in best.items() if k != "order"} == whole
+        assert sorted((f for p in parts for f in p), key=lambda f: f["order"]) == every
+        chosen = calibration.choose_lock_fit([f for p in parts for f in p], ovh.gil_kernel_s)
+        assert {k: v for k, v in chosen.items() if k != "order"} == whole
     monkeypatch.setattr(calibration, "share_among_ranks", lambda fn: [fn(i, 3) for i in range(3)])
     assert calibration.fit_lock_terms_on_ranks(ovh, rows, graphs, fit_copy=False) == whole
+
+
+def test_near_equal_lock_fits_take_the_probe_s_figure():
+    """Fits within NEAR_LOSS of the best loss: the one nearest the probe's
+    gil_kernel_s (in ratio); beyond it, the best loss wins whatever the
+    probe; at equal distance the lower loss."""
+    from legionpy.measure.calibration import NEAR_LOSS, choose_lock_fit
+
+    fits = [{"gil_kernel_s": g, "loss": loss, "order": i}
+            for i, (g, loss) in enumerate([(1e-5, 2.00), (3e-5, 2.00 * (1 + NEAR_LOSS / 2)),
+                                           (3e-4, 2.01), (1.0, 1.99)])]
+    assert choose_lock_fit(fits, 2.9e-5)["gil_kernel_s"] == 3e-5
+    assert choose_lock_fit(fits, 5e-4)["gil_kernel_s"] == 3e-4
+    assert choose_lock_fit(fits, 2.0)["gil_kernel_s"] == 1.0
+    assert choose_lock_fit(fits, None)["gil_kernel_s"] == 1.0
+    far = [dict(f, loss=3.0) if f["gil_kernel_s"] != 1.0 else f for f in fits]
+    assert choose_lock_fit(far, 2.9e-5)["gil_kernel_s"] == 1.0
+    tie = [{"gil_kernel_s": 1e-5, "loss": 1.0, "order": 0},
+           {"gil_kernel_s": 1e-3, "loss": 0.99, "order": 1}]
+    assert choose_lock_fit(tie, 1e-4)["gil_kernel_s"] == 1e-3
+    assert choose_lock_fit([], 1e-4) is None
 
 
 def _cached_calibration(cache, background: list[float]) -> str:
