@@ -289,6 +289,13 @@ def speed_text(summary: dict) -> str:
     return text
 
 
+#: the median host slowdown of a bench's rows (each against the calibration's
+#: quiet probe) over which the host was busy: the benches counted quiet read
+#: 1.00-1.07 (R46-R53, 29 Nov) and 1.04-1.11 (R34-R43); one of 29 Nov
+#: stopped in a busy spell, its rows 15-40% off, 1.15, and the busy R44 1.25
+QUIET_ROWS = 1.12
+
+
 def host_busy(summary: dict) -> tuple[bool, str]:
     """Whether the host was busy over a bench, and why: any interpreter
     probe of the run or its calibration (:func:`speed_text`'s figures) over
@@ -297,16 +304,27 @@ def host_busy(summary: dict) -> tuple[bool, str]:
     x1.5-1.8 in a spell of a minute or more, at the calibration or in one of
     the fresh processes (R40-R43), and their rows moved 28-45% between
     processes. A bench on a busy host is not a result for issue 26's targets.
+    So is one whose rows ran at a median over :data:`QUIET_ROWS` times the
+    calibration's quiet probe (``host_slowdown``, each row's median over the
+    processes): a host busy in every process alike moves no probe off
+    their median.
 
     >>> host_busy({"interpreter_s": [186e-6, 180e-6, 173e-6], "calibration_interpreter_s": 180e-6})
     (False, 'quiet: every interpreter probe within x1.03 of their median (180 us)')
     >>> host_busy({"interpreter_s": [180e-6, 199e-6, 175e-6], "calibration_interpreter_s": 295e-6})
     (True, "BUSY: the interpreter probe read 295 us at the calibration against a median of \
 190 us (x1.56): not a result for issue 26's targets; measure again when the host is quiet")
+    >>> host_busy({"interpreter_s": [180e-6], "host_slowdown": [1.3, 1.15, 1.05, 1.0, 1.2]})[0]
+    True
     """
     speed = list(summary.get("interpreter_s") or [])
     cal = summary.get("calibration_interpreter_s")
     probes = speed + ([cal] if cal else [])
+    rows = [s for s in summary.get("host_slowdown") or [] if s]
+    if rows and statistics.median(rows) > QUIET_ROWS:
+        return True, (f"BUSY: the rows ran Python at a median x{statistics.median(rows):.2f} "
+                      "the calibration's quiet probe: not a result for issue 26's targets; "
+                      "measure again when the host is quiet")
     if not probes:
         return False, "host speed not probed"
     mid = statistics.median(probes)

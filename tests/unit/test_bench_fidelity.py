@@ -60,6 +60,15 @@ def test_a_bench_on_a_busy_host_says_it_is_not_a_result():
     busy, why = bench.host_busy(busy_run)
     assert busy and "320 us in the run" in why
     assert bench.host_busy({}) == (False, "host speed not probed")
+    # every probe alike, the rows slow against the calibration: R52's rows
+    # (quiet) and those of a bench of 29 Nov stopped in a busy spell (R55)
+    r52 = [1.04, 1.05, 1.06, 0.99, 1.0, 1.05, 1.07, 1.06, 1.01, 1.0, 1.06, 1.09, 1.08, 1.02,
+           1.01, 1.05, 1.06, 1.06, 0.99, 1.01]
+    assert bench.host_busy(dict(quiet, host_slowdown=r52))[0] is False
+    r55 = [1.05, 1.06, 1.08, 1.1, 1.1, 1.12, 1.13, 1.14, 1.15, 1.15, 1.15, 1.15, 1.16, 1.16,
+           1.17, 1.17, 1.17, 1.19, 1.19, 1.2]
+    busy, why = bench.host_busy(dict(quiet, host_slowdown=r55 + [None]))
+    assert busy and "median x1.15" in why and "not a result" in why
 
 
 def test_spread_of_one_row_over_processes():
