@@ -61,6 +61,9 @@ they feed (:class:`~legionpy.optimizer.fidelity.RuntimeOverhead`) in
   where a cell holds it whole or not (one process, 28 Nov: without it
   30 and 75 us fitted within 4% of each other; with it 30 us by 4-38%); the
   kernels are timed as predictions time them (``worker``: in a step's order).
+  Where fits within :data:`NEAR_LOSS` of the best disagree on the lock's
+  share, the one nearest the lock probe's figure is kept
+  (:func:`choose_lock_fit`: the rows cannot tell them apart).
   :func:`fit_copy_cost` (``copy_s`` alone) remains for a machine model
   without the lock.
 * :func:`calibrated_overhead` adds the kernels' concurrency slowdown, the
