@@ -321,8 +321,9 @@ def host_busy(summary: dict) -> tuple[bool, str]:
     cal = summary.get("calibration_interpreter_s")
     probes = speed + ([cal] if cal else [])
     rows = [s for s in summary.get("host_slowdown") or [] if s]
-    if rows and statistics.median(rows) > QUIET_ROWS:
-        return True, (f"BUSY: the rows ran Python at a median x{statistics.median(rows):.2f} "
+    row_mid = statistics.median(rows) if rows else None
+    if row_mid is not None and row_mid > QUIET_ROWS:
+        return True, (f"BUSY: the rows ran Python at a median x{row_mid:.2f} "
                       "the calibration's quiet probe: not a result for issue 26's targets; "
                       "measure again when the host is quiet")
     if not probes:

@@ -651,8 +651,14 @@ def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
     "wake_s", "copy_s", "hop_s", "one_core_scale", "task_s", "req_task_s",
     "back_task_s", "loss"}``. Takes 10-20 s on 20 rows;
     :func:`fit_lock_terms_on_ranks` shares it among the ranks."""
-    got = choose_lock_fit(lock_fit_candidates(ovh, rows, graphs, rounds, fit_copy),
-                          ovh.gil_kernel_s)
+    return _chosen_terms(lock_fit_candidates(ovh, rows, graphs, rounds, fit_copy),
+                         ovh.gil_kernel_s)
+
+
+def _chosen_terms(fits: list[dict[str, float]],
+                  probe: float | None) -> dict[str, float] | None:
+    """:func:`choose_lock_fit`'s fit without its grid index (``"order"``)."""
+    got = choose_lock_fit(fits, probe)
     return None if got is None else {k: v for k, v in got.items() if k != "order"}
 
 
@@ -779,8 +785,7 @@ def fit_lock_terms_on_ranks(ovh: RuntimeOverhead, rows: list[dict], graphs: list
     same = [(tg, g) for tg, (_, g) in zip(tgs, graphs)]
     parts = share_among_ranks(lambda rank, size: lock_fit_candidates(
         ovh, rows, same, fit_copy=fit_copy, part=(rank, size)))
-    best = choose_lock_fit([f for part in parts for f in part], ovh.gil_kernel_s)
-    return {k: v for k, v in best.items() if k != "order"}
+    return _chosen_terms([f for part in parts for f in part], ovh.gil_kernel_s)
 
 
 #: the workers' per-task terms (RuntimeOverhead.worker_s and the gradients'
