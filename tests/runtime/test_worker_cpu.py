@@ -116,7 +116,9 @@ def test_measure_runtime_reports_the_host_probe_and_keeps_it_out_of_the_control_
     """The host-speed probe fit runs after each measured step
     (legionpy/probe/hostspeed.py) is reported, and its CPU is not counted as
     the control thread's: with a probe made 1000x heavier the control
-    thread's CPU per step stays well under the probes' CPU per step."""
+    thread's CPU per step stays well under the probes' CPU per step (were the
+    probe counted, the control CPU would exceed it; the margin of 5x leaves
+    room for a slow host's control thread, which CI once saw at 1/18)."""
     from legionpy.measure.calibration import calibration_models
     from legionpy.measure.fidelity import measure_runtime
     from legionpy.nn import model as nn_model
@@ -134,4 +136,4 @@ def test_measure_runtime_reports_the_host_probe_and_keeps_it_out_of_the_control_
         r = measure_runtime(m, None, machine, steps=3, warmup=1)
     finally:
         nn_model.speed_probe = orig
-    assert r["measured_host_probe_s"] > 20 * r["measured_control_cpu_s"] > 0
+    assert r["measured_host_probe_s"] > 5 * r["measured_control_cpu_s"] > 0
