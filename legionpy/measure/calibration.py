@@ -620,8 +620,15 @@ def gil_grid(ovh: RuntimeOverhead) -> tuple[float, ...]:
 #: are near-equal: the calibration's rows cannot tell them apart, and
 #: :func:`choose_lock_fit` takes the one whose ``gil_kernel_s`` is nearest the
 #: probe's figure (29 Nov, seven calibrations' landscapes: the best loss alone
-#: put one bench's worst row at 30%, the fit at 1 s within 0.4% of one at 10 us)
-NEAR_LOSS = 0.02
+#: put one bench's worst row at 30%, the fit at 1 s within 0.4% of one at 10
+#: us). 2% at first; a fresh ``mpirun -n 2`` calibration (R60, 29 Nov) then
+#: fitted 1 s 4-13% better than every value from 10 us to 300 us and put
+#: alexnet model 39% and lenet owt 31% high. On eight calibrations' landscapes
+#: any window of 5-10% gave the same worst rows (26.3% at most against 38.9,
+#: 17.8 on average against 19.6) and means (7.9% against 8.2); 10%: a loss
+#: is a sum of some 60 squared log errors of rows measured within +-5%, whose
+#: noise alone moves it by about that much
+NEAR_LOSS = 0.10
 
 
 def fit_lock_terms(ovh: RuntimeOverhead, rows: list[dict], graphs: list,
@@ -751,9 +758,9 @@ def choose_lock_fit(fits: list[dict[str, float]],
     fits put that bench's rows at 5.4-6.4% mean, 11.6-15.5% worst.
 
     >>> fits = [{"gil_kernel_s": 1e-5, "loss": 1.70, "order": 0},
-    ...         {"gil_kernel_s": 3e-5, "loss": 1.76, "order": 1},
+    ...         {"gil_kernel_s": 3e-5, "loss": 1.90, "order": 1},
     ...         {"gil_kernel_s": 1.0, "loss": 1.69, "order": 2}]
-    >>> choose_lock_fit(fits, 2.9e-5)["gil_kernel_s"]   # 1.70 is within 2% of 1.69
+    >>> choose_lock_fit(fits, 2.9e-5)["gil_kernel_s"]   # 1.70 within 10% of 1.69, 1.90 not
     1e-05
     >>> choose_lock_fit(fits, None)["gil_kernel_s"]
     1.0
