@@ -622,7 +622,7 @@ def gil_grid(ovh: RuntimeOverhead) -> tuple[float, ...]:
 #: probe's figure (29 Nov, seven calibrations' landscapes: the best loss alone
 #: put one bench's worst row at 30%, the fit at 1 s within 0.4% of one at 10
 #: us). 2% at first; a fresh ``mpirun -n 2`` calibration (R60, 29 Nov) then
-#: fitted 1 s 4-13% better than every value from 10 us to 300 us and put
+#: fitted 1 s 4-13% better than every value from 10 us to 1 ms and put
 #: alexnet model 39% and lenet owt 31% high. On eight calibrations' landscapes
 #: any window of 5-10% gave the same worst rows (26.3% at most against 38.9,
 #: 17.8 on average against 19.6) and means (7.9% against 8.2); 10%: a loss
