@@ -200,7 +200,8 @@ def test_compile_installs_a_mapper_that_consults_the_optimizer(rt2):
 def test_a_search_judge_can_overrule_the_pick(rt2, tmp_path, monkeypatch):
     """legionpy/mapper/resolve.py: a judge installed from above (legionpy
     train's: the local machine model) keeps the search's pick only if it
-    times it at least as fast as data, model, owt and one device; a judge answering None
+    times it JUDGE_MARGIN faster than data, model, owt and one device, else
+    the fastest of those; a judge answering None
     (another machine) leaves it; with no judge the pick stands."""
     from legionpy.mapper import resolve
     from legionpy.optimizer import Machine, Strategy
@@ -230,6 +231,18 @@ def test_a_search_judge_can_overrule_the_pick(rt2, tmp_path, monkeypatch):
         assert resolve.search_strategy(g, machine) == single  # one device beats two
         # what `legionpy train --strategy search` prints as the pick
         assert single.named_as(g, machine) == "single" and model.named_as(g, machine) == "model"
+        # the pick (judged first) stands only when judged JUDGE_MARGIN faster
+        # than every baseline; else the fastest baseline (data here) runs
+        data = Strategy.resolve("data", g, machine)
+        for gain, kept in ((0.5 * resolve.JUDGE_MARGIN, data), (2 * resolve.JUDGE_MARGIN, plain)):
+            calls = []
+
+            def judge(graph, s, m, gain=gain, calls=calls):
+                calls.append(s)
+                return 1.0 - gain if len(calls) == 1 else 1.0 + 0.1 * (s != data)
+
+            resolve.set_search_judge(judge)
+            assert resolve.search_strategy(g, machine) == kept, gain
         resolve.set_search_judge(lambda graph, s, m: None)
         assert resolve.search_strategy(g, machine) == plain
     finally:
