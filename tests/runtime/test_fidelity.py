@@ -873,8 +873,17 @@ def test_an_lstm_cell_holds_the_lock_most_of_its_time():
             return 1 / (1 + np.exp(-o)) * np.tanh(c2)
         return cell
 
-    share = lock_share(cell_on_own_arrays(), cell_on_own_arrays(), seconds=0.02, reps=5)
-    assert MIN_RATIO / 2 <= share <= MAX_SHARE
+    # `two` is the best of its batches, so one batch the twin thread sat out
+    # (the OS ran something else) reads no contention: once in a full suite
+    # on a fresh clone (29 Nov) the cell read 0.0. Reading too little is the
+    # error the best-of is prone to, so the highest of three tries is the figure
+    shares = []
+    for _ in range(3):
+        shares.append(lock_share(cell_on_own_arrays(), cell_on_own_arrays(), seconds=0.02,
+                                 reps=5))
+        if shares[-1] >= MIN_RATIO / 2:
+            break
+    assert MIN_RATIO / 2 <= max(shares) <= MAX_SHARE, shares
 
 
 @pytest.mark.parametrize("one, two, far, share", [
