@@ -28,8 +28,9 @@ from .fidelity import (
 @contextmanager
 def judge_searches() -> Iterator[None]:
     """Inside it, ``strategy="search"`` on this job's devices keeps the
-    search's pick only if the local machine model times it at least as fast
-    as data, model, owt and one device, ``single`` (:func:`local_judge`;
+    search's pick only if the local machine model times it
+    ``JUDGE_MARGIN`` (5%) faster than data, model, owt and one device,
+    ``single``, else the fastest of those runs (:func:`local_judge`;
     legionpy/mapper/resolve.py module doc); the previous judge (normally
     none) is back after it.
     ``legionpy train``, ``simulate --compare`` and the benches run inside
