@@ -1631,6 +1631,13 @@ def _spin(seconds):
         pass
 
 
+def _kept(got, want, others):
+    """``got`` is nearer ``want`` than any of ``others`` on a log scale: which
+    fake kernel's time was kept, whatever the host adds to a spin (a fresh CI
+    host read a 0.6 ms spin as 0.8 ms, outside a 30% tolerance)."""
+    return all(abs(math.log(got / want)) < abs(math.log(got / o)) for o in others)
+
+
 def test_kernel_timing_in_a_step_keeps_each_kernel_s_median_batch(monkeypatch):
     """``time_in_step`` times the step's kernels in batches apart in time and
     keeps each kernel's median batch: a batch that fell whole into a slow
@@ -1657,18 +1664,20 @@ def test_kernel_timing_in_a_step_keeps_each_kernel_s_median_batch(monkeypatch):
         def kernel():
             calls.append(1)
             batch = (len(calls) - 1) // per_batch
-            _spin((2e-3, 2e-4, 6e-4)[batch])
+            _spin(spins[batch])
         return kernel, kernel
 
     tiles = required_tiles(g, [strategy])
     per_batch = 2 * len(tiles) * (1 + 2)  # forward and backward, warmup 1 + rounds 2
+    spins = (2e-3, 2e-4, 6e-4)
     for batches, want in ((1, 2e-3), (3, 6e-4)):
         calls.clear()
         cm = SimpleNamespace(table={}, runner=runner, cache_path=None)
         time_in_step(cm, g, strategy, machine, warmup=1, rounds=2, batches=batches, gap_s=0.0)
         assert len(cm.table) == len(tiles)
+        others = [s for s in spins if s != want]
         for f, b in cm.table.values():
-            assert f == pytest.approx(want, rel=0.3) and b == pytest.approx(want, rel=0.3)
+            assert _kept(f, want, others) and _kept(b, want, others), (f, b)
 
 
 def test_kernel_timing_scales_a_slow_spell_s_batches_by_the_speed_reference(monkeypatch):
@@ -1697,8 +1706,8 @@ def test_kernel_timing_scales_a_slow_spell_s_batches_by_the_speed_reference(monk
     cm = SimpleNamespace(table={}, runner=runner, cache_path=None)
     calibration.time_in_step(cm, g, strategy, machine, warmup=1, rounds=2, batches=3, gap_s=0.0)
     assert len(cm.table) == len(required_tiles(g, [strategy]))
-    for f, b in cm.table.values():
-        assert f == pytest.approx(2e-4, rel=0.3) and b == pytest.approx(2e-4, rel=0.3)
+    for f, b in cm.table.values():  # scaled to 2e-4, not kept at the 6e-4 it read
+        assert _kept(f, 2e-4, [6e-4]) and _kept(b, 2e-4, [6e-4]), (f, b)
     assert len(calibration._SPEEDS) == 7  # this model's three batches joined the readings
 
 
