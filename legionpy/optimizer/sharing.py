@@ -35,8 +35,10 @@ JPDC 2014):
   ``1 / (1 + switch * w)`` of its share (calibrated on synthetic models:
   ``RuntimeOverhead.gil_switch``; overlapping LSTM cells were measured at
   3-5x their time alone), ``w`` growing with how often the lock changes
-  hands (:func:`handover_weight`). ``fair=True``: max-min fair shares of a lock of
-  capacity ``1 / (1 + switch)`` instead;
+  hands (:func:`handover_weight`); a kernel that releases the lock for
+  nine-tenths of its time or more takes it twice per kernel and neither
+  pays nor causes that cost (:data:`FREE_PYTHON`). ``fair=True``: max-min
+  fair shares of a lock of capacity ``1 / (1 + switch)`` instead;
 * two or more threads of a process whose kernels hand the lock over at
   every numpy call (a measured lock share over 1: ``contention``,
   :func:`legionpy.optimizer.lockshare.contention`) take turns call by
@@ -83,7 +85,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Sequence
 
-__all__ = ["share_schedule", "share_rates", "handover_weight", "HANDOVER_GAIN"]
+__all__ = ["share_schedule", "share_rates", "handover_weight", "HANDOVER_GAIN",
+           "FREE_PYTHON"]
 
 _EPS = 1e-15
 #: seconds of control work within which a task counts as issued (float error
@@ -152,7 +155,8 @@ def share_rates(threads: Sequence[tuple], cores: float,
             for j in js:
                 x[j] = min(1.0, left / threads[j][1])
                 left = max(0.0, left - threads[j][1] * x[j])
-            shared = [j for j in js if x[j] > 0 and not (len(threads[j]) > 3 and threads[j][3])]
+            shared = [j for j in js if x[j] > 0 and threads[j][1] > FREE_PYTHON
+                      and not (len(threads[j]) > 3 and threads[j][3])]
             if len(shared) > 1:  # they interleave: every hand-over costs
                 w = handover_weight([threads[j][1] * x[j] for j in shared])
                 for j in shared:
@@ -193,6 +197,22 @@ def share_rates(threads: Sequence[tuple], cores: float,
 #: against 6.2, 10.1, 8.9, 8.0% with the cost all or nothing, with 5 and
 #: 20 worse on two of them
 HANDOVER_GAIN = 10.0
+
+#: a thread whose Python is at most this part of its work (a kernel that
+#: releases the lock for 90% of its time or more: alexnet's and lenet's
+#: im2col convolutions and wide GEMMs, their lock shares 0) takes the lock
+#: about twice per kernel, at its dispatch and its return, not at every
+#: numpy call: it neither pays nor causes the hand-over cost, like a thread
+#: that yields (:func:`share_rates`). Charged the cost, a convolution
+#: backward of 1.38 ms ran 3.3 ms in the model beside the other device's
+#: Python (29 Nov), and alexnet's two-device rows in one process read +10%
+#: on average over ten quiet benches; refitted on five of those
+#: calibrations (R65-R74) the benches' mean error went 7.8, 5.4, 9.6, 6.6,
+#: 7.7% -> 6.7, 4.3, 8.4, 6.5, 6.6%, alexnet's data / owt rows +15 / +15,
+#: +12 / +7, +9 / +10, +13 / +12, +14 / +12% -> +7 / +8, +3 / -1, -1 / +1,
+#: +13 / +12, +5 / +4%; 0.2 did no better. Under ``mpirun`` the fit takes
+#: no hand-over cost (one device per process), so nothing moves there
+FREE_PYTHON = 0.1
 
 
 def handover_weight(use: Sequence[float]) -> float:
