@@ -206,12 +206,14 @@ HANDOVER_GAIN = 10.0
 #: that yields (:func:`share_rates`). Charged the cost, a convolution
 #: backward of 1.38 ms ran 3.3 ms in the model beside the other device's
 #: Python (29 Nov), and alexnet's two-device rows in one process read +10%
-#: on average over ten quiet benches; refitted on five of those
-#: calibrations (R65-R74) the benches' mean error went 7.8, 5.4, 9.6, 6.6,
-#: 7.7% -> 6.7, 4.3, 8.4, 6.5, 6.6%, alexnet's data / owt rows +15 / +15,
-#: +12 / +7, +9 / +10, +13 / +12, +14 / +12% -> +7 / +8, +3 / -1, -1 / +1,
-#: +13 / +12, +5 / +4%; 0.2 did no better. Under ``mpirun`` the fit takes
-#: no hand-over cost (one device per process), so nothing moves there
+#: on average over ten quiet benches. Refitted on five of those
+#: calibrations with their own lock shares (R65-R74), the benches' mean
+#: error went 7.4, 5.7, 8.5, 5.6, 7.2% -> 6.3, 4.9, 8.4, 5.1, 6.1% and
+#: alexnet's data / owt rows +11 / +10, +13 / +8, +6 / +5, +11 / +9% ->
+#: +2 / +2, +4 / -1, -2 / -2, +2 / +0% (in R70, whose calibration read
+#: alexnet's first convolution lock-bound, +21 / +20% both ways); 0.2 did
+#: no better. Under ``mpirun`` the fit takes no hand-over cost (one device
+#: per process), so nothing moves there
 FREE_PYTHON = 0.1
 
 
