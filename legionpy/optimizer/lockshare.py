@@ -192,7 +192,9 @@ def lock_share(fn: Callable[[], Any], twin: Callable[[], Any], seconds: float = 
                     break  # the median is under MIN_RATIO whatever the rest read
         finally:
             sys.setswitchinterval(switch)
-    ratio = sorted(ratios)[len(ratios) // 2] if len(ratios) == tries else 1.0
+    if len(ratios) < tries:  # settled under MIN_RATIO before the last try
+        return 0.0
+    ratio = sorted(ratios)[tries // 2]
     return min(MAX_SHARE, ratio / 2.0) if ratio >= MIN_RATIO else 0.0
 
 
